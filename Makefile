@@ -1,0 +1,33 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test system-deps venv clean bench
+
+# bubblewrap gives the sandbox its namespaces; installed from Debian's packages when missing.
+system-deps:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  echo "installing bubblewrap (sandbox isolation) from Debian's packages"; \
+	  (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1)) \
+	  || echo "warning: could not install bubblewrap; 'tracerl doctor' shows what the sandbox enforces without it"; }
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: system-deps $(STAMP)
+
+demo: venv
+	$(BIN)/tracerl train
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+bench: venv
+	$(BIN)/python benchmarks/default_run.py
+
+clean:
+	rm -rf $(VENV) runs
