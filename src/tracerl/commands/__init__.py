@@ -1,0 +1,1 @@
+"""Subcommands of `tracerl`; each module exposes `register(subparsers)` (see tracerl.cli)."""
