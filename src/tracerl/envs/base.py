@@ -1,0 +1,97 @@
+"""The environment protocol (DESIGN.md §4) and the registry of built-in environments.
+
+An environment sees text; the agent loop owns tokens. Any object with `name`, `revision`,
+`reset(task, seed)`, `step(action_text)` and `state_hash()` plugs in; no subclassing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from tracerl.contract.roles import TerminalReason
+from tracerl.errors import UserError
+from tracerl.tasks.task import Task
+
+Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
+
+
+@dataclasses.dataclass
+class Step:
+    """The environment's answer to one policy turn."""
+
+    observation: str | None = None
+    terminated: bool = False
+    terminal_reason: TerminalReason | None = None
+    reward_components: dict[str, float] = dataclasses.field(default_factory=dict)
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@runtime_checkable
+class Env(Protocol):
+    name: str
+    revision: str
+
+    def reset(self, task: Task, seed: int) -> list[Message]: ...
+
+    def step(self, action_text: str) -> Step: ...
+
+    def state_hash(self) -> str: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """Everything a recipe needs to train on an environment.
+
+    make: builds a fresh env instance (one per episode).
+    generate: (split, n, seed, difficulty) -> tasks; held-out and train splits are disjoint.
+    expert: (task, observations so far, rng) -> next action text, for SFT demonstrations.
+    reward_weights: the weight of each reward component the env reports.
+    stop_strings: strings that end a policy turn (tool-call closing tags).
+    """
+
+    name: str
+    revision: str
+    make: Callable[..., Env]
+    generate: Callable[..., list[Task]]
+    expert: Callable[..., str]
+    reward_weights: dict[str, float]
+    stop_strings: tuple[str, ...]
+    tools: tuple[str, ...] = ()
+    description: str = ""
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+
+
+def register_env(spec: EnvSpec) -> EnvSpec:
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def get_env(name: str) -> EnvSpec:
+    _load_builtins()
+    if name not in _REGISTRY:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(_REGISTRY), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(_REGISTRY))}"
+        raise UserError(f"unknown environment {name!r}{hint}")
+    return _REGISTRY[name]
+
+
+def env_names() -> list[str]:
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def _load_builtins() -> None:
+    import importlib
+    import pkgutil
+
+    import tracerl.envs as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.ispkg:
+            importlib.import_module(f"tracerl.envs.{info.name}")

@@ -1,0 +1,163 @@
+"""The run's SQLite store (WAL): trajectories, spans, metrics and events.
+
+Per-token arrays are packed little-endian bytes, so token ids, roles and log-probabilities come
+back bit-for-bit. Every trajectory is validated against the contract before it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tracerl.contract import Trajectory, validate
+from tracerl.contract.serialize import from_dict, metadata_dict, pack_arrays, unpack_arrays
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS trajectories (
+    trajectory_id TEXT PRIMARY KEY,
+    stage TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    group_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    split TEXT NOT NULL,
+    env_name TEXT NOT NULL,
+    reward REAL NOT NULL,
+    terminal_reason TEXT NOT NULL,
+    truncated INTEGER NOT NULL,
+    num_tokens INTEGER NOT NULL,
+    num_action_tokens INTEGER NOT NULL,
+    meta TEXT NOT NULL,
+    token_ids BLOB NOT NULL,
+    roles BLOB NOT NULL,
+    behavior_logprobs BLOB NOT NULL,
+    policy_versions BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS traj_stage_step ON trajectories(stage, step);
+CREATE TABLE IF NOT EXISTS spans (
+    trajectory_id TEXT NOT NULL,
+    span_id INTEGER NOT NULL,
+    parent_span_id INTEGER,
+    kind TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    "end" INTEGER NOT NULL,
+    tool_name TEXT, tool_request TEXT, tool_status TEXT, tool_latency_s REAL,
+    tool_response_sha256 TEXT, state_hash TEXT, sampled_ids_sha256 TEXT,
+    PRIMARY KEY (trajectory_id, span_id)
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    stage TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, value REAL, time REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS metrics_name ON metrics(name, step);
+CREATE TABLE IF NOT EXISTS events (
+    time REAL NOT NULL, stage TEXT, step INTEGER, kind TEXT NOT NULL, message TEXT, payload TEXT
+);
+"""
+
+_SPAN_COLS = ("span_id", "parent_span_id", "kind", "start", "end", "tool_name", "tool_request",
+              "tool_status", "tool_latency_s", "tool_response_sha256", "state_hash", "sampled_ids_sha256")
+
+
+class Store:
+    """One SQLite file per run. Thread-safe for the writers of one process."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing --------------------------------------------------------------------------
+    def add_trajectories(self, trajs: Iterable[Trajectory], *, stage: str, step: int) -> int:
+        rows, span_rows = [], []
+        for t in trajs:
+            validate(t)
+            blobs = pack_arrays(t)
+            rows.append((t.trajectory_id, stage, step, t.group_id, t.task_id, t.split, t.env_name,
+                         t.reward, t.terminal_reason.value, int(t.truncated), len(t),
+                         t.num_action_tokens, json.dumps(metadata_dict(t)), blobs["token_ids"],
+                         blobs["roles"], blobs["behavior_logprobs"], blobs["policy_versions"]))
+            for s in t.spans:
+                span_rows.append((t.trajectory_id, *(getattr(s, c) for c in _SPAN_COLS)))
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.executemany(f"INSERT INTO trajectories VALUES ({','.join('?' * 17)})", rows)
+            self._db.executemany(f"INSERT INTO spans VALUES ({','.join('?' * 13)})", span_rows)
+            self._db.execute("COMMIT")
+        return len(rows)
+
+    def add_metrics(self, metrics: dict[str, float], *, stage: str, step: int) -> None:
+        now = time.time()
+        rows = [(stage, step, k, None if v is None else float(v), now) for k, v in metrics.items()]
+        with self._lock:
+            self._db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?)", rows)
+
+    def add_event(self, kind: str, message: str = "", *, stage: str | None = None,
+                  step: int | None = None, payload: dict[str, Any] | None = None) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO events VALUES (?,?,?,?,?,?)",
+                             (time.time(), stage, step, kind, message, json.dumps(payload or {})))
+
+    # -- reading --------------------------------------------------------------------------
+    def trajectories(self, *, stage: str | None = None, step: int | None = None,
+                     trajectory_id: str | None = None) -> Iterator[Trajectory]:
+        where, args = [], []
+        for col, val in (("stage", stage), ("step", step), ("trajectory_id", trajectory_id)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(val)
+        sql = "SELECT meta, token_ids, roles, behavior_logprobs, policy_versions FROM trajectories"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY rowid", args).fetchall()
+        for meta, *blobs in rows:
+            d = json.loads(meta)
+            d.update(unpack_arrays(dict(zip(("token_ids", "roles", "behavior_logprobs", "policy_versions"), blobs))))
+            yield from_dict(d)
+
+    def metrics(self, name: str | None = None, stage: str | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT stage, step, name, value, time FROM metrics", []
+        conds = []
+        if name is not None:
+            conds.append("name = ?")
+            args.append(name)
+        if stage is not None:
+            conds.append("stage = ?")
+            args.append(stage)
+        if conds:
+            sql += " WHERE " + " AND ".join(conds)
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY rowid", args).fetchall()
+        return [dict(zip(("stage", "step", "name", "value", "time"), r)) for r in rows]
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT time, stage, step, kind, message, payload FROM events", []
+        if kind is not None:
+            sql, args = sql + " WHERE kind = ?", [kind]
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY rowid", args).fetchall()
+        return [dict(zip(("time", "stage", "step", "kind", "message", "payload"), r)) | {"payload": json.loads(r[5])} for r in rows]
+
+    def count(self, stage: str | None = None) -> int:
+        sql, args = "SELECT COUNT(*) FROM trajectories", []
+        if stage is not None:
+            sql, args = sql + " WHERE stage = ?", [stage]
+        with self._lock:
+            return int(self._db.execute(sql, args).fetchone()[0])
