@@ -49,6 +49,7 @@ class EnvSpec:
     expert: (task, observations so far, rng) -> next action text, for SFT demonstrations.
     reward_weights: the weight of each reward component the env reports.
     stop_strings: strings that end a policy turn (tool-call closing tags).
+    special_tokens: tags the built-in tiny tokenizer keeps as single tokens (e.g. "<code>").
     """
 
     name: str
@@ -58,6 +59,7 @@ class EnvSpec:
     expert: Callable[..., str]
     reward_weights: dict[str, float]
     stop_strings: tuple[str, ...]
+    special_tokens: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     description: str = ""
 
