@@ -1,0 +1,37 @@
+"""Isolated execution of untrusted code (DESIGN.md §5). See `Sandbox` for what is and is not isolated.
+
+    from tracerl.sandbox import Sandbox, Limits
+    with Sandbox() as box:
+        result = box.run("print(6 * 7)", limits=Limits(wall_s=2, cpu_s=1))
+        assert result.status == "ok" and result.stdout == "42\\n"
+
+`default_sandbox()` returns one process-wide warm sandbox that any thread may share.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+
+from tracerl.sandbox.limits import ExecResult, Limits, Status
+from tracerl.sandbox.sandbox import Sandbox, SandboxUnavailable
+
+__all__ = ["ExecResult", "Limits", "Sandbox", "SandboxUnavailable", "Status", "default_sandbox", "isolation_report"]
+
+_default: Sandbox | None = None
+_default_lock = threading.Lock()
+
+
+def default_sandbox() -> Sandbox:
+    """The shared warm sandbox of this process (created on first use, closed at exit)."""
+    global _default
+    with _default_lock:
+        if _default is None or _default._closed:
+            _default = Sandbox()
+            atexit.register(_default.close)
+        return _default
+
+
+def isolation_report() -> dict:
+    """What the sandbox enforces on this machine (level, enforced, missing); see `tracerl doctor`."""
+    return default_sandbox().isolation_report()

@@ -1,0 +1,297 @@
+"""`Sandbox`: run untrusted Python with kernel-enforced limits and return a structured result.
+
+What is isolated (level "full", bubblewrap + namespaces, see `isolation_report()`):
+  * files: the program sees a read-only /usr and system libraries only; /work (its cwd), /tmp and
+    /dev/shm are a fresh size-capped tmpfs per call, gone when the call ends. The host's home,
+    project, grader files and hidden tests are not mounted at all.
+  * processes: a new PID namespace per call (it sees only its own processes) whose teardown at
+    the wall-clock limit kills every descendant, daemons included; RLIMIT_NPROC is counted in the
+    call's own user namespace.
+  * network: a new, empty network namespace per call (not even a usable loopback to the host).
+  * identity: an unprivileged host uid (nobody) when the host runs as root; zero capabilities,
+    no_new_privs; a clean environment; no inherited file descriptors besides stdin/out/err.
+  * resources: CPU seconds, address space, processes, file size, open files, tmpfs size, output
+    bytes, wall clock.
+
+What is NOT isolated:
+  * the kernel itself: a kernel exploit escapes (there is no seccomp filter and no VM);
+  * side channels: timing, cache, CPU frequency and co-tenant load are shared with the host;
+  * total memory of all calls: RLIMIT_AS is per process, so nproc x memory_bytes bounds a call;
+    tmpfs pages count against the machine's memory;
+  * CPU share: a call can use every core up to its CPU-seconds budget (no cgroup quota);
+  * the read-only view of /usr is the host's: installed packages and their versions are visible.
+At level "rlimits" (no bubblewrap / user namespaces) far less holds; the sandbox warns at start
+and `isolation_report()` lists what is missing. `Sandbox(require="full")` refuses to run there.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import selectors
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from tracerl.errors import UserError
+from tracerl.sandbox.backend import LEVELS, Plan, find_python, full_plan, rlimits_plan
+from tracerl.sandbox.limits import ExecResult, Limits, Status
+from tracerl.sandbox.worker import Worker, WorkerDied
+
+MEMORY_EXIT = 250  # mirrors _zygote.MEMORY_EXIT
+HOST_GRACE_S = 3.0
+
+_plans: dict[str, tuple[Plan, str]] = {}
+_plans_lock = threading.Lock()
+
+
+class SandboxUnavailable(UserError):
+    """The machine cannot provide the isolation level a recipe requires."""
+
+
+def _detect(python: str) -> tuple[Plan, str]:
+    """The strongest plan that starts here, with a note when it is not the full one (cached)."""
+    with _plans_lock:
+        if python in _plans:
+            return _plans[python]
+        plan, note = full_plan(python), ""
+        if plan is None:
+            note = "bubblewrap (bwrap) is not installed; run `make system-deps` or apt-get install bubblewrap"
+        else:
+            try:
+                Worker(plan).close()
+            except WorkerDied as exc:
+                note = f"bubblewrap could not start an isolated worker: {exc}"
+                plan = None
+        if plan is None:
+            plan = rlimits_plan(python, note)
+        _plans[python] = (plan, note)
+        return plan, note
+
+
+class Sandbox:
+    """Runs Python source in isolation. Cheap to construct; the warm worker starts on first use.
+
+    `warm=True` keeps one pre-imported worker that forks per call (a few ms); `warm=False` starts
+    a fresh isolated interpreter per call. Thread-safe: call `run` from many threads, or use
+    `run_many`. Close with `close()` or a `with` block.
+    """
+
+    def __init__(self, *, limits: Limits | None = None, require: str | None = None, warm: bool = True,
+                 python: str | None = None, max_workers: int = 8) -> None:
+        if require is not None and require not in LEVELS:
+            raise UserError(f"Sandbox(require={require!r}) is not a level; choose one of {', '.join(LEVELS)}.")
+        self.limits = limits or Limits()
+        self.warm = warm
+        self.python = find_python(python)
+        self.max_workers = max_workers
+        self._worker: Worker | None = None
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
+        self._plan: Plan | None = None
+        if require is not None:
+            plan = self.plan
+            if LEVELS.index(plan.level) < LEVELS.index(require):
+                raise SandboxUnavailable(
+                    f"this recipe requires sandbox isolation '{require}' but this machine provides "
+                    f"'{plan.level}' ({'; '.join(plan.missing)}); run `tracerl doctor` for details.")
+
+    @property
+    def plan(self) -> Plan:
+        if self._plan is None:
+            self._plan, note = _detect(self.python)
+            if note:
+                warnings.warn(f"tracerl sandbox runs at level '{self._plan.level}': {note}", RuntimeWarning, stacklevel=3)
+        return self._plan
+
+    @property
+    def level(self) -> str:
+        return self.plan.level
+
+    def isolation_report(self) -> dict:
+        """What this machine enforces for this sandbox: level, enforced and missing protections."""
+        plan = self.plan
+        return {"level": plan.level, "python": plan.python, "enforced": list(plan.enforced),
+                "missing": list(plan.missing), "command": " ".join(plan.argv[:-1] + ["<worker>"])}
+
+    def _get_worker(self) -> Worker:
+        with self._lock:
+            if self._closed:
+                raise UserError("this Sandbox was closed; create a new one or use tracerl.sandbox.default_sandbox().")
+            if self._worker is None or not self._worker.alive:
+                if self._worker is not None:
+                    self._worker.close()
+                self._worker = Worker(self.plan)
+            return self._worker
+
+    def run(self, code: str, *, stdin: str | bytes = "", files: Mapping[str, str | bytes] | None = None,
+            limits: Limits | None = None) -> ExecResult:
+        """Run `code` as a Python program with `stdin`, `files` in its working directory, `limits`."""
+        limits = limits or self.limits
+        refused = _check_inputs(code, files, limits)
+        if refused:
+            return ExecResult(Status.BLOCKED, None, "", "", reason=refused)
+        payload = json.dumps({"code": code, "files": _encode_files(files or {}), "limits": limits.to_dict()}).encode()
+        stdin_bytes = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
+        cold = None
+        try:
+            worker = self._get_worker() if self.warm else (cold := Worker(self.plan))
+        except WorkerDied as exc:
+            return ExecResult(Status.CRASH, None, "", "", reason=str(exc))
+        try:
+            return self._run_on(worker, payload, stdin_bytes, limits)
+        finally:
+            if cold is not None:
+                cold.close()
+
+    def _run_on(self, worker: Worker, payload: bytes, stdin: bytes, limits: Limits) -> ExecResult:
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        start = time.monotonic()
+        try:
+            try:
+                call_id, pending = worker.submit(payload, stdin, out_w, err_w)
+            finally:
+                os.close(out_w)
+                os.close(err_w)
+        except WorkerDied as exc:
+            os.close(out_r)
+            os.close(err_r)
+            return ExecResult(Status.CRASH, None, "", "", reason=str(exc))
+        deadline = start + limits.wall_s + HOST_GRACE_S
+        streams, overflow, stuck = _collect(out_r, err_r, limits.output_bytes, deadline,
+                                            lambda: worker.kill(call_id))
+        if stuck:  # the worker failed to enforce its own deadline: replace it, report infra fault
+            worker.close()
+        pending.event.wait(max(0.0, deadline + HOST_GRACE_S - time.monotonic()))
+        result = pending.result or {"status": "crash", "reason": "no result from the sandbox worker by the deadline"}
+        return _classify(result, streams, overflow, limits, time.monotonic() - start)
+
+    def run_many(self, codes: Sequence[str], *, stdin: str | Sequence[str] = "",
+                 files: Mapping | Sequence[Mapping] | None = None, limits: Limits | None = None,
+                 concurrency: int | None = None) -> list[ExecResult]:
+        """Run many programs concurrently (up to `concurrency`, default `max_workers`); order kept."""
+        n = len(codes)
+        stdins = [stdin] * n if isinstance(stdin, (str, bytes)) else list(stdin)
+        files_list = [files] * n if files is None or isinstance(files, Mapping) else list(files)
+        if len(stdins) != n or len(files_list) != n:
+            raise UserError("run_many: stdin and files must be one value or one per program.")
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="tracerl-sandbox")
+            pool = self._pool
+        width = min(concurrency or self.max_workers, self.max_workers)
+        gate = threading.Semaphore(width)
+
+        def one(i: int) -> ExecResult:
+            with gate:
+                return self.run(codes[i], stdin=stdins[i], files=files_list[i], limits=limits)
+
+        return list(pool.map(one, range(n)))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            worker, self._worker = self._worker, None
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+        if worker is not None:
+            worker.close()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _check_inputs(code, files, limits: Limits) -> str:
+    if not isinstance(code, str):
+        return f"code must be a str, got {type(code).__name__}"
+    total = len(code.encode())
+    for name, data in (files or {}).items():
+        parts = str(name).split("/")
+        if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            return f"file path {name!r} must be relative, without '.', '..' or empty parts"
+        if not isinstance(data, (str, bytes)):
+            return f"file {name!r} must be str or bytes, got {type(data).__name__}"
+        total += len(data.encode() if isinstance(data, str) else data)
+    if total > limits.disk_bytes:
+        return f"code and files are {total} bytes, more than Limits.disk_bytes={limits.disk_bytes}"
+    return ""
+
+
+def _encode_files(files: Mapping[str, str | bytes]) -> dict:
+    return {name: ("text", data) if isinstance(data, str) else ("b64", base64.b64encode(data).decode())
+            for name, data in files.items()}
+
+
+def _collect(out_r: int, err_r: int, cap: int, deadline: float, kill) -> tuple[list[bytearray], list[bool], bool]:
+    """Read both pipes to EOF, keeping `cap` bytes of each; kill the call on overflow."""
+    bufs, overflow = [bytearray(), bytearray()], [False, False]
+    sel = selectors.DefaultSelector()
+    sel.register(out_r, selectors.EVENT_READ, 0)
+    sel.register(err_r, selectors.EVENT_READ, 1)
+    open_fds, stuck = 2, False
+    try:
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                stuck = True
+                break
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, 1 << 16)
+                idx = key.data
+                if not chunk:
+                    sel.unregister(key.fd)
+                    open_fds -= 1
+                    continue
+                room = cap - len(bufs[idx])
+                if len(chunk) > room:
+                    bufs[idx] += chunk[:max(room, 0)]
+                    if not any(overflow):
+                        kill()
+                    overflow[idx] = True
+                else:
+                    bufs[idx] += chunk
+    finally:
+        sel.close()
+        os.close(out_r)
+        os.close(err_r)
+    return bufs, overflow, stuck
+
+
+def _classify(r: dict, streams, overflow, limits: Limits, host_wall: float) -> ExecResult:
+    out, err = (b.decode("utf-8", errors="replace") for b in streams)
+    common = dict(stdout=out, stderr=err, stdout_truncated=overflow[0], stderr_truncated=overflow[1],
+                  wall_s=float(r.get("wall_s", host_wall)), cpu_s=float(r.get("cpu_s", 0.0)),
+                  max_rss_bytes=int(r.get("max_rss_bytes", 0)))
+    ws = r.get("wait_status")
+    exit_code = os.waitstatus_to_exitcode(ws) if ws is not None else None
+    if any(overflow):
+        which = " and ".join(n for n, o in zip(("stdout", "stderr"), overflow) if o)
+        return ExecResult(Status.OUTPUT_LIMIT, exit_code, reason=f"{which} exceeded {limits.output_bytes} bytes; killed", **common)
+    if r.get("status") == "crash" or (ws is None and r.get("status") != "timeout"):
+        return ExecResult(Status.CRASH, None, reason=r.get("reason", "the sandbox failed"), **common)
+    if r.get("timed_out") or r.get("status") == "timeout":
+        return ExecResult(Status.TIMEOUT, exit_code, reason=f"wall-clock limit of {limits.wall_s:g} s reached; process tree killed", **common)
+    if exit_code is not None and exit_code < 0:
+        sig = -exit_code
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and common["cpu_s"] >= limits.cpu_s):
+            return ExecResult(Status.TIMEOUT, exit_code, reason=f"CPU limit of {limits.cpu_s:g} s reached", **common)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return ExecResult(Status.ERROR, exit_code, reason=f"killed by signal {name}", **common)
+    if exit_code == MEMORY_EXIT:
+        return ExecResult(Status.MEMORY, 1, reason=f"out of memory (limit {limits.memory_bytes} bytes of address space)", **common)
+    if exit_code == 0:
+        return ExecResult(Status.OK, 0, **common)
+    return ExecResult(Status.ERROR, exit_code, reason=f"exited with code {exit_code}", **common)

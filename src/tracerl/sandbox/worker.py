@@ -1,0 +1,170 @@
+"""The host's handle on one warm worker (`_zygote.py`): start it, send calls, route results.
+
+Calls travel as a small JSON header plus file descriptors (SCM_RIGHTS) over a SOCK_SEQPACKET
+pair: a memfd with the code/files/limits, a memfd as stdin (so reading stdin never blocks), and
+the write ends of two pipes the host reads stdout and stderr from. Results come back as one
+message per call, written by the call's monitor. Many calls may be in flight at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import threading
+from importlib import resources
+
+from tracerl.sandbox.backend import PRELOAD, Plan
+
+_ZYGOTE_SOURCE: str | None = None
+
+
+def zygote_source() -> str:
+    global _ZYGOTE_SOURCE
+    if _ZYGOTE_SOURCE is None:
+        _ZYGOTE_SOURCE = resources.files("tracerl.sandbox").joinpath("_zygote.py").read_text()
+    return _ZYGOTE_SOURCE
+
+
+class WorkerDied(RuntimeError):
+    """The warm worker is gone; calls in flight end as `crash` and the next call starts a new one."""
+
+
+class _Pending:
+    __slots__ = ("event", "result")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.result: dict | None = None
+
+
+class Worker:
+    """One zygote process. Thread-safe: any number of threads may `submit` at once."""
+
+    def __init__(self, plan: Plan, start_timeout_s: float = 30.0) -> None:
+        self.plan = plan
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock = host
+        config = {"ctrl_fd": child.fileno(), "namespaces": plan.level == "full",
+                  "workbase": plan.workbase, "preload": list(PRELOAD)}
+        argv = [*plan.argv, zygote_source(), json.dumps(config)]
+        kwargs = {}
+        if plan.run_as is not None:
+            kwargs = {"user": plan.run_as, "group": plan.run_as, "extra_groups": []}
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+        self._log = tempfile.TemporaryFile(prefix="tracerl-sandbox-worker-")
+        try:
+            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=self._log, pass_fds=(child.fileno(),),
+                                          cwd="/", env=env, start_new_session=True, **kwargs)
+        finally:
+            child.close()
+        self._lock = threading.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._ids = itertools.count(1)
+        self.alive = True
+        self._sock.settimeout(start_timeout_s)
+        try:
+            hello = self._sock.recv(1 << 16)
+        except (socket.timeout, OSError):
+            hello = b""
+        self._sock.settimeout(None)
+        info = json.loads(hello) if hello else {}
+        if not info.get("ready"):
+            self.close()
+            detail = info.get("reason") or self._stderr_tail() or "it exited without a word"
+            raise WorkerDied(f"the sandbox worker did not start: {detail}")
+        self.info = info
+        self._reader = threading.Thread(target=self._read_results, name="tracerl-sandbox-reader", daemon=True)
+        self._reader.start()
+
+    def _stderr_tail(self) -> str:
+        try:
+            self._proc.wait(timeout=2)
+            self._log.seek(0)
+            return self._log.read().decode(errors="replace").strip()[-500:]
+        except (subprocess.TimeoutExpired, OSError, ValueError):
+            return ""
+
+    def _read_results(self) -> None:
+        while True:
+            try:
+                msg = self._sock.recv(1 << 16)
+            except OSError:
+                msg = b""
+            if not msg:
+                break
+            result = json.loads(msg)
+            with self._lock:
+                pending = self._pending.pop(result.get("id"), None)
+            if pending is not None:
+                pending.result = result
+                pending.event.set()
+        self.alive = False
+        with self._lock:
+            orphans, self._pending = self._pending, {}
+        for pending in orphans.values():
+            pending.result = {"status": "crash", "reason": "the sandbox worker died"}
+            pending.event.set()
+
+    def submit(self, payload: bytes, stdin: bytes, out_w: int, err_w: int) -> tuple[int, _Pending]:
+        """Start one call; the caller owns (and closes) `out_w`/`err_w` after this returns."""
+        payload_fd = _memfd("tracerl-call", payload)
+        stdin_fd = _memfd("tracerl-stdin", stdin)
+        call_id = next(self._ids)
+        pending = _Pending()
+        with self._lock:
+            if not self.alive:
+                os.close(payload_fd)
+                os.close(stdin_fd)
+                raise WorkerDied("the sandbox worker is not running")
+            self._pending[call_id] = pending
+        try:
+            socket.send_fds(self._sock, [json.dumps({"id": call_id}).encode()],
+                            [payload_fd, stdin_fd, out_w, err_w])
+        except OSError as exc:
+            with self._lock:
+                self._pending.pop(call_id, None)
+            self.alive = False
+            raise WorkerDied(f"could not reach the sandbox worker: {exc}") from exc
+        finally:
+            os.close(payload_fd)
+            os.close(stdin_fd)
+        return call_id, pending
+
+    def kill(self, call_id: int) -> None:
+        """Ask the worker to kill a call's whole process tree now (it still reports)."""
+        try:
+            self._sock.sendmsg([json.dumps({"id": 0, "kill": call_id}).encode()])
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.alive = False
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        if self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, 9)
+            except OSError:
+                self._proc.kill()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self._log.close()
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
