@@ -21,7 +21,11 @@ KINDS = ("advantage", "loss", "correction", "kl", "reward", "selection", "contro
 _MODULES = (
     "tracerl.algorithms.advantages",
     "tracerl.algorithms.losses",
+    "tracerl.algorithms.rewards",
+    "tracerl.algorithms.selection",
+    "tracerl.algorithms.entropy_control",
     "tracerl.algorithms.passk",
+    "tracerl.algorithms.logprobs",
 )
 
 
