@@ -1,0 +1,256 @@
+"""Typed recipe configuration (DESIGN.md §8).
+
+A recipe is a YAML file validated by these pydantic models (`extra="forbid"`; a description on
+every field). `load_recipe(name_or_path, overrides)` applies `key.sub=value` overrides and fails
+before anything runs, with one sentence naming the bad key and the closest valid one.
+Derived sizes (episodes per step = prompts × group size) are computed here, in one place.
+"""
+
+from __future__ import annotations
+
+import difflib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tracerl.errors import UserError
+
+
+class _Cfg(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+
+
+class RunConfig(_Cfg):
+    name: str = "default"
+    """Run name; the run directory is `<root>/<name>-<timestamp>`."""
+    root: str = "runs"
+    """Folder under which run directories are created."""
+    dir: str | None = None
+    """Exact run directory to use instead of `<root>/<name>-<timestamp>`."""
+    seed: int = 0
+    """Seed for model init, task generation, sampling and data order."""
+    threads: int = 2
+    """torch intra-op threads (the default machine has 2 cores)."""
+    progress: bool = True
+    """Show progress bars for long stages."""
+
+
+class TinyModelConfig(_Cfg):
+    hidden_size: int = 128
+    """Width of the built-in tiny Llama-architecture model."""
+    num_layers: int = 4
+    """Transformer blocks."""
+    num_heads: int = 4
+    """Attention heads."""
+    intermediate_size: int = 384
+    """MLP width."""
+    vocab_size: int = 512
+    """Target BPE vocabulary size of the locally trained tokenizer."""
+    max_positions: int = 512
+    """Maximum sequence length."""
+
+
+class ModelConfig(_Cfg):
+    path: str | None = None
+    """Local directory of a Hugging Face causal LM and tokenizer; null builds the tiny model."""
+    gguf_file: str | None = None
+    """GGUF file name inside `path`, loaded through transformers' gguf support."""
+    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
+    """Shape of the built-in tiny model (used when `path` is null)."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Parameter dtype for training and sampling."""
+
+
+class EnvConfig(_Cfg):
+    name: str = "math_tool"
+    """Registered environment name (`tracerl envs` lists them)."""
+    train_tasks: int = 2000
+    """Number of generated training tasks."""
+    heldout_tasks: int = 200
+    """Number of generated held-out tasks (never rewarded in training)."""
+    train_difficulty: tuple[float, float] = (0.0, 1.0)
+    """Difficulty range [low, high] of training tasks (0 easiest, 1 hardest)."""
+    heldout_difficulty: tuple[float, float] = (0.0, 1.0)
+    """Difficulty range of held-out tasks."""
+    max_turns: int = 4
+    """Policy turns per episode before truncation (max_turns)."""
+    max_tokens: int = 256
+    """Total tokens per episode (prompt included) before truncation (max_tokens)."""
+    max_new_tokens: int = 64
+    """Tokens the policy may write in one turn."""
+
+
+class SamplingConfig(_Cfg):
+    temperature: float = 1.0
+    """Softmax temperature; behavior log-probs are under this tempered distribution."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    top_k: int = 0
+    """Top-k sampling (0 disables)."""
+
+
+class SFTConfig(_Cfg):
+    demos: int = 2000
+    """Expert demonstrations generated through the environment."""
+    expert_tool_rate: float = 0.5
+    """Probability that a demonstration uses the tool (the rest answer directly)."""
+    epochs: int = 3
+    """Passes over the demonstrations."""
+    batch_size: int = 32
+    """Sequences per optimizer step."""
+    lr: float = 3e-3
+    """Peak learning rate (AdamW, linear warm-up then cosine decay)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+
+
+class RLConfig(_Cfg):
+    steps: int = 60
+    """RL optimizer steps (each on a fresh batch of rollouts)."""
+    prompts_per_step: int = 16
+    """Tasks sampled per step."""
+    group_size: int = 8
+    """Rollouts per task (the GRPO group)."""
+    advantage: str = "grpo"
+    """Advantage estimator registered in tracerl.algorithms (e.g. grpo, rloo)."""
+    advantage_scale: Literal["std", "none"] = "std"
+    """GRPO scale: population std with eps, or none (Dr.GRPO centering)."""
+    lr: float = 5e-4
+    """Learning rate (AdamW, constant after warm-up)."""
+    clip_low: float = 0.2
+    """Lower clip epsilon of the importance ratio."""
+    clip_high: float = 0.28
+    """Upper clip epsilon (clip-higher)."""
+    aggregation: Literal["token", "sequence", "fixed"] = "token"
+    """Loss aggregation: token-global, per-sequence mean, or fixed denominator (Dr.GRPO)."""
+    minibatches: int = 2
+    """Optimizer steps per batch of rollouts (PPO-style, on the same rollouts)."""
+    kl_coef: float = 0.0
+    """Coefficient of a k3 KL penalty to the reference (SFT) policy; 0 disables."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping."""
+    truncation: Literal["penalize", "mask", "keep"] = "mask"
+    """Truncated episodes: reward 0 (penalize), excluded from the loss (mask), or kept as scored."""
+    eval_every: int = 20
+    """Held-out evaluation every N steps (0: only at the eval stages)."""
+    checkpoint_every: int = 20
+    """Save a resumable checkpoint every N steps."""
+
+
+class EvalConfig(_Cfg):
+    tasks: int = 200
+    """Held-out tasks evaluated (taken in order from the held-out split)."""
+    samples: int = 4
+    """Samples per task (avg@n and pass@k use them)."""
+    temperature: float = 1.0
+    """Sampling temperature of the frozen protocol."""
+    top_p: float = 1.0
+    """Nucleus mass of the frozen protocol."""
+    k: list[int] = Field(default_factory=lambda: [1, 4])
+    """pass@k values reported."""
+
+
+class Recipe(_Cfg):
+    run: RunConfig = Field(default_factory=RunConfig)
+    """Run name, directory and seed."""
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    """Which model and tokenizer."""
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    """Which environment and its budgets."""
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    """Rollout sampling parameters."""
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    """Supervised cold start."""
+    rl: RLConfig = Field(default_factory=RLConfig)
+    """Reinforcement learning stage."""
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    """Held-out evaluation protocol."""
+    stages: list[Literal["sft", "eval", "rl"]] = Field(default_factory=lambda: ["sft", "eval", "rl", "eval"])
+    """Stages in order; the model is built or loaded first."""
+
+    @property
+    def episodes_per_step(self) -> int:
+        return self.rl.prompts_per_step * self.rl.group_size
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+def recipe_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("tracerl.recipes").iterdir() if p.name.endswith(".yaml"))
+
+
+def _read_yaml(name_or_path: str) -> tuple[dict[str, Any], str]:
+    path = Path(name_or_path)
+    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+        res = resources.files("tracerl.recipes") / f"{name_or_path}.yaml"
+        if not res.is_file():
+            close = difflib.get_close_matches(name_or_path, recipe_names(), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"shipped recipes: {', '.join(recipe_names())}"
+            raise UserError(f"no recipe named {name_or_path!r}; {hint}")
+        text, source = res.read_text(), f"recipes/{name_or_path}.yaml"
+    else:
+        if not path.is_file():
+            raise UserError(f"recipe file {path} does not exist; give a shipped recipe name or an existing YAML path")
+        text, source = path.read_text(), str(path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"recipe {source} is not valid YAML{where}; fix the syntax and run again") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UserError(f"recipe {source} must be a YAML mapping of sections (run:, model:, ...), not a {type(data).__name__}")
+    return data, source
+
+
+def _valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        full = f"{prefix}{name}"
+        keys.append(full)
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys += _valid_keys(ann, full + ".")
+    return keys
+
+
+def _apply_override(data: dict[str, Any], item: str) -> None:
+    if "=" not in item:
+        raise UserError(f"override {item!r} must look like key.sub=value")
+    key, raw = item.split("=", 1)
+    if key not in _valid_keys(Recipe):
+        close = difflib.get_close_matches(key, _valid_keys(Recipe), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UserError(f"unknown override key {key!r}{hint}")
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise UserError(f"override {key!r} goes inside {part!r}, which is not a section")
+    node[parts[-1]] = yaml.safe_load(raw) if raw != "" else None
+
+
+def _explain(err: ValidationError, source: str) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(x) for x in e["loc"])
+    if e["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(loc, _valid_keys(Recipe), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"unknown key {loc!r} in {source}{hint}"
+    return f"bad value for {loc!r} in {source}: {e['msg']} (got {e.get('input')!r})"
+
+
+def load_recipe(name_or_path: str = "default", overrides: list[str] | None = None) -> Recipe:
+    data, source = _read_yaml(name_or_path)
+    for item in overrides or []:
+        _apply_override(data, item)
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as err:
+        raise UserError(_explain(err, source)) from None

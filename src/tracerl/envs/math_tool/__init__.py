@@ -1,0 +1,20 @@
+"""`math_tool`: arithmetic word problems with a Python tool."""
+
+from tracerl.envs.base import EnvSpec, register_env
+from tracerl.envs.math_tool.env import REVISION, MathToolEnv, check_answer, expert
+from tracerl.envs.math_tool.generator import generate
+
+SPEC = register_env(EnvSpec(
+    name="math_tool",
+    revision=REVISION,
+    make=MathToolEnv,
+    generate=generate,
+    expert=expert,
+    reward_weights={"correct": 1.0, "format": 0.0},
+    stop_strings=("</code>", "</answer>"),
+    special_tokens=("<code>", "</code>", "<answer>", "</answer>", "<output>", "</output>"),
+    tools=("python",),
+    description="Arithmetic word problems (1-4 operations) with a sandboxed Python tool.",
+))
+
+__all__ = ["SPEC", "MathToolEnv", "check_answer", "expert", "generate"]

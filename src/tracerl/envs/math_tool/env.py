@@ -1,0 +1,95 @@
+"""Arithmetic word problems with a Python tool (the ReTool / rStar2-Agent pattern in miniature).
+
+The policy may run `<code>python</code>` (executed in the sandbox; stdout comes back as
+`<output>…</output>`) and must end with `<answer>integer</answer>`. Reward components:
+`correct` (the answer equals the task's, exact integer match) and `format` (the episode ended
+with a well-formed answer). A sandbox fault ends the episode as `infra_failure`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+
+from tracerl.contract.roles import TerminalReason
+from tracerl.envs.base import Message, Step
+from tracerl.envs.grammar import parse_tagged
+from tracerl.tasks.task import Task
+
+SYSTEM = "Use <code> to compute. Give the number in <answer>."
+TAGS = ("code", "answer")
+REVISION = "math_tool-env-1"
+_INT = re.compile(r"-?\d{1,12}")
+
+
+def check_answer(body: str, expected: str) -> float:
+    """Exact integer match; anything that is not a plain integer scores 0."""
+    body = body.strip()
+    return 1.0 if _INT.fullmatch(body) and int(body) == int(expected) else 0.0
+
+
+class MathToolEnv:
+    name = "math_tool"
+    revision = REVISION
+
+    def __init__(self, sandbox=None, limits=None):
+        self._sandbox, self._limits = sandbox, limits
+        self.task: Task | None = None
+        self.history: list[str] = []
+
+    def reset(self, task: Task, seed: int) -> list[Message]:
+        self.task, self.history = task, []
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": str(task.prompt)}]
+
+    def state_hash(self) -> str:
+        return hashlib.sha256(repr((self.task.id if self.task else None, self.history)).encode()).hexdigest()[:16]
+
+    def step(self, action_text: str) -> Step:
+        action = parse_tagged(action_text, TAGS)
+        self.history.append(action_text)
+        if action.kind == "invalid":
+            return Step(observation=f"<output>invalid_action: {action.reason}</output>",
+                        info={"invalid_action": True, "reason": action.reason})
+        if action.kind == "answer":
+            correct = check_answer(action.body, self.task.answer)
+            return Step(terminated=True, terminal_reason=TerminalReason.EOS,
+                        reward_components={"correct": correct, "format": 1.0},
+                        info={"answer": action.body})
+        return self._run_code(action.body)
+
+    def _run_code(self, code: str) -> Step:
+        from tracerl.sandbox import Limits, default_sandbox
+
+        sandbox = self._sandbox or default_sandbox()
+        limits = self._limits or Limits(cpu_s=1.0, wall_s=2.0, memory_bytes=256 << 20, output_bytes=2000)
+        try:
+            res = sandbox.run(code, limits=limits)
+        except Exception as err:  # the sandbox itself failed: never a policy outcome
+            return Step(terminated=True, terminal_reason=TerminalReason.INFRA_FAILURE,
+                        info={"tool": "python", "tool_status": "crash", "error": repr(err)})
+        if res.status == "crash":
+            return Step(terminated=True, terminal_reason=TerminalReason.INFRA_FAILURE,
+                        info={"tool": "python", "tool_status": "crash", "error": res.stderr[-200:]})
+        if res.status == "ok":
+            out = res.stdout.strip()[:200]
+        else:
+            last = (res.stderr.strip().splitlines() or [res.status])[-1]
+            out = f"{res.status}: {last[:120]}"
+        return Step(observation=f"<output>{out}</output>",
+                    info={"tool": "python", "tool_status": res.status, "tool_latency_s": res.wall_s})
+
+
+def expert(task: Task, observations: list[str], rng: random.Random, *, tool_rate: float = 0.5) -> str:
+    """A teacher that computes in its head (always right) or with the tool, at `tool_rate`.
+
+    The tiny student cannot imitate mental arithmetic on multi-step problems, so direct answers
+    fail for it: the headroom RL has to find is "use the tool". The choice is seeded per task.
+    """
+    if not observations:
+        uses_tool = random.Random(f"{task.id}:{rng.random()}").random() < tool_rate
+        if uses_tool:
+            return f"<code>print({task.metadata['expression']})</code>"
+        return f"<answer>{task.answer}</answer>"
+    m = re.search(r"<output>(.*)</output>", observations[-1], flags=re.DOTALL)
+    return f"<answer>{m.group(1).strip() if m else task.answer}</answer>"

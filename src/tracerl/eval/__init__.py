@@ -1,0 +1,1 @@
+"""Evaluation: held-out runs under frozen protocols, pass@k, reports."""

@@ -1,0 +1,52 @@
+"""Load any Hugging Face causal LM and tokenizer from a local directory (no hub access)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tracerl.errors import UserError
+
+
+def load_model_and_tokenizer(path: str | Path, *, gguf_file: str | None = None, dtype: str = "float32"):
+    p = Path(path)
+    if not p.is_dir():
+        raise UserError(f"model path {p} does not exist; set model.path to a local Hugging Face model directory, or null to build the tiny model")
+    if gguf_file and not (p / gguf_file).is_file():
+        raise UserError(f"GGUF file {gguf_file!r} is not in {p}; set model.gguf_file to a file in that folder")
+    if not gguf_file and not (p / "config.json").is_file():
+        raise UserError(f"{p} has no config.json; point model.path at a Hugging Face model directory")
+    kwargs = {"local_files_only": True}
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    tokenizer = AutoTokenizer.from_pretrained(p, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(p, dtype=torch_dtype, **kwargs)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if not getattr(tokenizer, "chat_template", None):
+        raise UserError(f"the tokenizer in {p} has no chat template; add one to tokenizer_config.json")
+    model.config.use_cache = True
+    return model, tokenizer
+
+
+def tokenizer_hashes(tokenizer) -> dict[str, str]:
+    """SHA-256 of the tokenizer's vocabulary/merges and of its chat template."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    body = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
+    template = tokenizer.chat_template or ""
+    return {
+        "tokenizer_sha256": hashlib.sha256(body.encode()).hexdigest(),
+        "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest(),
+    }
+
+
+def model_sha256(model) -> str:
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()

@@ -1,0 +1,27 @@
+"""Optimizer and learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def make_optimizer(model, lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
+
+
+def warmup_cosine(optimizer, total_steps: int, warmup: int, *, floor: float = 0.1):
+    """Linear warm-up to the peak, then cosine decay to `floor` × peak."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        t = (step - warmup) / max(1, total_steps - warmup)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def warmup_constant(optimizer, warmup: int):
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, warmup)))

@@ -1,0 +1,61 @@
+"""Supervised cold start: teach the action grammar from expert demonstrations.
+
+The loss is next-token cross-entropy on ACTION tokens only (token-mean over the batch); prompt,
+template and observation tokens are context, never targets.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import torch
+from tqdm import tqdm
+
+from tracerl.config import SFTConfig
+from tracerl.contract.roles import TokenRole
+from tracerl.train.batch import action_mask, pad_batch
+from tracerl.train.optim import make_optimizer, warmup_cosine
+
+
+def sft_loss(model, ids_BT: torch.Tensor, attn_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """Mean negative log-likelihood of the masked (ACTION) target tokens."""
+    logits = model(input_ids=ids_BT, attention_mask=attn_BT).logits[:, :-1].float()
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids_BT[:, 1:], reduction="none")
+    m = mask_BT[:, 1:]
+    return (nll * m).sum() / m.sum().clamp_min(1)
+
+
+def train_sft(model, tokenizer, examples: list[tuple[list[int], list[TokenRole]]], cfg: SFTConfig, *,
+              seed: int, log, progress: bool = True) -> dict[str, float]:
+    """Train in place. `log(metrics, step)` receives per-step metrics."""
+    rng = random.Random(f"sft:{seed}")
+    steps_per_epoch = max(1, len(examples) // cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
+    sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
+    model.train()
+    t0, step, loss_ema = time.time(), 0, None
+    bar = tqdm(total=total, desc="sft", disable=not progress, leave=False)
+    for _ in range(cfg.epochs):
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        for b in range(steps_per_epoch):
+            batch = [examples[i] for i in order[b * cfg.batch_size:(b + 1) * cfg.batch_size]]
+            ids, attn = pad_batch([e[0] for e in batch], tokenizer.pad_token_id)
+            mask = action_mask([e[1] for e in batch], ids.shape[1])
+            loss = sft_loss(model, ids, attn, mask)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+            loss_ema = loss.item() if loss_ema is None else 0.9 * loss_ema + 0.1 * loss.item()
+            if step % 10 == 0 or step == total:
+                log({"sft/loss": loss.item(), "sft/lr": sched.get_last_lr()[0]}, step)
+            bar.set_postfix(loss=f"{loss_ema:.3f}")
+            bar.update()
+    bar.close()
+    model.eval()
+    return {"sft/final_loss": loss_ema or 0.0, "sft/steps": step, "sft/wall_s": time.time() - t0}
