@@ -36,6 +36,12 @@ class Task:
     def from_dict(cls, d: dict[str, Any]) -> "Task":
         return cls(**d)
 
+    def prompt_text(self) -> str:
+        """The prompt as plain text: the string itself, or the message contents joined by newlines."""
+        if isinstance(self.prompt, str):
+            return self.prompt
+        return "\n".join(str(m.get("content", "")) for m in self.prompt)
+
 
 def tasks_sha256(tasks: list[Task]) -> str:
     """Content hash of a task list, recorded in the manifest."""
