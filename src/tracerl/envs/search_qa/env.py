@@ -1,0 +1,127 @@
+"""The search_qa environment: multi-hop questions over a per-task BM25 index (the Search-R1 pattern).
+
+Grammar: the policy ends each turn with `<search>query</search>` (observation: the top-k passages
+inside `<result>…</result>`) or `<answer>text</answer>` (ends the episode, scored by normalized
+exact match). Searches beyond the per-episode budget are invalid actions. A failing index is a tool
+fault: the episode ends as `infra_failure` and carries no reward.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections.abc import Callable
+
+from tracerl.contract.roles import TerminalReason
+from tracerl.envs.base import Message, Step
+from tracerl.envs.search_qa.kb import normalize, passages
+from tracerl.tasks.task import Task
+
+NAME = "search_qa"
+REVISION = "1"
+TOP_K = 2
+SEARCH_BUDGET = 3
+SYSTEM = ("Answer the question. To search, write <search>words</search>; you get passages in "
+          "<result></result>. Give the final answer as <answer>name</answer>.")
+_CALL = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+
+Retriever = Callable[[list[str]], Callable[[str, int], list[str]]]
+
+
+def bm25_retriever(docs: list[str]) -> Callable[[str, int], list[str]]:
+    """A real BM25 index (rank-bm25, BM25Plus so that tiny corpora keep positive term weights)."""
+    from rank_bm25 import BM25Plus
+
+    index = BM25Plus([normalize(d).split() for d in docs])
+
+    def search(query: str, k: int) -> list[str]:
+        terms = normalize(query).split()
+        if not terms:
+            return []
+        scores = index.get_scores(terms)
+        order = sorted(range(len(docs)), key=lambda i: (-scores[i], i))
+        return [docs[i] for i in order[:k]]
+
+    return search
+
+
+class SearchQAEnv:
+    name = NAME
+    revision = REVISION
+
+    def __init__(self, retriever: Retriever = bm25_retriever, top_k: int = TOP_K,
+                 search_budget: int = SEARCH_BUDGET) -> None:
+        self._make_retriever = retriever
+        self.top_k = top_k
+        self.search_budget = search_budget
+        self._task: Task | None = None
+
+    def reset(self, task: Task, seed: int) -> list[Message]:
+        self._task = task
+        self._seed = seed
+        self._searches = 0
+        self._queries: list[str] = []
+        self._done = False
+        self._search = None  # built lazily so that an index fault surfaces as a step, not a crash
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.prompt}]
+
+    def step(self, action_text: str) -> Step:
+        assert self._task is not None, "call reset() before step()"
+        if self._done:
+            return _invalid("episode_over", "the episode has ended")
+        calls = _CALL.findall(action_text)
+        if not calls:
+            return _invalid("invalid_action", "end the turn with <search>…</search> or <answer>…</answer>")
+        tool, body = calls[-1]
+        if tool == "answer":
+            self._done = True
+            correct = float(normalize(body) == normalize(str(self._task.answer)) and bool(normalize(body)))
+            return Step(None, True, TerminalReason.EOS, {"correct": correct},
+                        {"tool": "answer", "searches": self._searches})
+        if self._searches >= self.search_budget:
+            return _invalid("invalid_action", f"search budget of {self.search_budget} is spent; answer now")
+        if not body.strip():
+            return _invalid("invalid_action", "empty search query")
+        self._searches += 1
+        self._queries.append(body.strip())
+        try:
+            if self._search is None:
+                self._search = self._make_retriever(passages(self._task.metadata["kb"]))
+            hits = self._search(body, self.top_k)
+        except Exception as err:  # the index is infrastructure: its faults are never the policy's
+            self._done = True
+            return Step(None, True, TerminalReason.INFRA_FAILURE, {},
+                        {"tool": "search", "infra_error": f"{type(err).__name__}: {err}"})
+        text = " | ".join(hits) if hits else "no results"
+        return Step(f"<result>{text}</result>\n", info={"tool": "search", "invalid_action": False})
+
+    def state_hash(self) -> str:
+        state = {"task": self._task.id if self._task else None, "queries": self._queries,
+                 "done": self._done}
+        return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _invalid(kind: str, why: str) -> Step:
+    return Step(f"<error>{kind}: {why}</error>\n", info={"invalid_action": True})
+
+
+def make_expert(error_rate: float = 0.2) -> Callable[[Task, list[str], random.Random], str]:
+    """A scripted searcher. With probability `error_rate` (drawn once, on the first turn) it answers
+    at once without searching, naming a wrong entity of the right kind, so a model that imitates it
+    keeps a habit of guessing that RL can remove; otherwise it issues one query per hop and answers
+    with the entity read off the last result."""
+
+    def expert(task: Task, observations: list[str], rng: random.Random) -> str:
+        meta = task.metadata
+        if not observations:
+            if rng.random() < error_rate:
+                wrong = [e for e in meta["kb"][meta["answer_type"]] if e != task.answer]
+                return f"<answer>{rng.choice(wrong)}</answer>"
+            return f"<search>{meta['queries'][0]}</search>"
+        if len(observations) < len(meta["queries"]):
+            return f"<search>{meta['queries'][len(observations)]}</search>"
+        return f"<answer>{task.answer}</answer>"
+
+    return expert

@@ -1,0 +1,123 @@
+"""The text_world environment: a partially observable world of rooms, doors, keys and chests.
+
+Grammar: one `<action>…</action>` per turn, from a small language: `go north|south|east|west`,
+`take <item>`, `open door`, `open chest`, `unlock door with <color> key`. An action that is not in
+the language or fails in the current state (a wall, a locked door, an absent item) is an invalid
+action: the state is unchanged, the observation is `<error>invalid_action: …</error>`, and it counts
+toward the `invalid_actions` component (weight −0.1, the GiGPO setting). Taking the coin ends the
+episode as `env_success` (goal 1); running out of the task's step limit ends it as `env_failure`.
+
+`state_hash()` covers the hidden state only (position, doors, chests, floor, inventory) and not the
+step count, so the same world state reached by different trajectories of a group hashes equal: the
+anchor states of GiGPO.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import random
+import re
+from collections.abc import Callable
+
+from tracerl.contract.roles import TerminalReason
+from tracerl.envs.base import Message, Step
+from tracerl.envs.text_world.world import apply, candidate_actions, describe, is_goal, plan
+from tracerl.tasks.task import Task
+
+NAME = "text_world"
+REVISION = "1"
+SYSTEM = ("Take the coin. Each turn write one <action>…</action>: go <direction>, take <item>, "
+          "open door, open chest, unlock door with <color> key.")
+_CALL = re.compile(r"<action>(.*?)</action>", re.DOTALL)
+
+
+class TextWorldEnv:
+    name = NAME
+    revision = REVISION
+
+    def __init__(self) -> None:
+        self._task: Task | None = None
+
+    def reset(self, task: Task, seed: int) -> list[Message]:
+        self._task = task
+        self._world = task.metadata["world"]
+        self._state = copy.deepcopy(self._world["state"])
+        self._steps = 0
+        self._invalid = 0
+        self._done = False
+        self._max_steps = int(task.metadata["max_steps"])
+        return [{"role": "system", "content": SYSTEM},
+                {"role": "user", "content": f"{task.prompt}\n{describe(self._world, self._state)}"}]
+
+    def step(self, action_text: str) -> Step:
+        assert self._task is not None, "call reset() before step()"
+        if self._done:
+            return Step("<error>episode_over</error>\n", info={"invalid_action": True})
+        self._steps += 1
+        calls = _CALL.findall(action_text)
+        nxt, msg = (None, "write one <action>…</action>") if not calls else apply(self._world, self._state, calls[-1])
+        invalid = nxt is None
+        if invalid:
+            self._invalid += 1
+            obs = f"<error>invalid_action: {msg}</error>\n"
+        else:
+            self._state = nxt
+            obs = f"<obs>{msg}</obs>\n"
+        info = {"invalid_action": invalid, "steps": self._steps}
+        if is_goal(self._state):
+            self._done = True
+            return Step(obs, True, TerminalReason.ENV_SUCCESS, self._components(1.0), info)
+        if self._steps >= self._max_steps:
+            self._done = True
+            return Step(obs, True, TerminalReason.ENV_FAILURE, self._components(0.0), info)
+        return Step(obs, info=info)
+
+    def _components(self, goal: float) -> dict[str, float]:
+        return {"goal": goal, "invalid_actions": float(self._invalid)}
+
+    def state_hash(self) -> str:
+        payload = {"task": self._task.id if self._task else None, "state": getattr(self, "_state", None)}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def make_expert(error_rate: float = 0.25) -> Callable[[Task, list[str], random.Random], str]:
+    """A planner with ε-noise. The expert reconstructs the hidden state by replaying the world from
+    the observations it has seen (each valid step's observation is unique to the action that caused
+    it), then takes the first action of a shortest plan; with probability `error_rate` per turn it
+    instead issues an action that is invalid in the current state (a wall, a missing item). Each such
+    slip wastes one step without changing the state, so with a plan of length L and a step limit of
+    L + slack the episode succeeds iff at most `slack` slips happen before the plan completes:
+    P(success) = Σ_{k≤slack} C(L+k−1, k) ε^k (1−ε)^L (see `expected_success`)."""
+
+    def expert(task: Task, observations: list[str], rng: random.Random) -> str:
+        world = task.metadata["world"]
+        state = _state_after(world, observations)
+        if rng.random() < error_rate:
+            bad = [a for a in candidate_actions(world, state) if apply(world, state, a)[0] is None]
+            return f"<action>{rng.choice(bad)}</action>"
+        return f"<action>{plan(world, state)[0]}</action>"
+
+    return expert
+
+
+def _state_after(world: dict, observations: list[str]) -> dict:
+    """Rebuilds the state from observations alone: a valid step's observation determines the action
+    (the planner is replayed against each), an invalid one leaves the state unchanged."""
+    state = copy.deepcopy(world["state"])
+    for obs in observations:
+        if obs.startswith("<error>"):
+            continue
+        for act in candidate_actions(world, state):
+            nxt, msg = apply(world, state, act)
+            if nxt is not None and obs == f"<obs>{msg}</obs>\n":
+                state = nxt
+                break
+    return state
+
+
+def expected_success(plan_len: int, slack: int, error_rate: float) -> float:
+    from math import comb
+
+    return sum(comb(plan_len + k - 1, k) * error_rate**k * (1 - error_rate) ** plan_len for k in range(slack + 1))

@@ -1,0 +1,103 @@
+"""The workplace_db environment: an office assistant whose work is judged by the final database.
+
+Grammar: each turn ends with `<call>…</call>` (see `db.py` for the call language); the observation
+is `<result>…</result>`. `<call>done</call>` ends the episode (`eos`) and the verifier compares the
+whole database with the state the task's reference calls produce; the transcript is never read.
+Malformed calls are `invalid_action`, deletions `blocked_action`; both leave the database untouched
+and consume a turn. An SQLite error that escapes validation is a tool fault: `infra_failure`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sqlite3
+from collections.abc import Callable
+
+from tracerl.contract.roles import TerminalReason
+from tracerl.envs.base import Message, Step
+from tracerl.envs.workplace_db import db
+from tracerl.tasks.task import Task
+
+NAME = "workplace_db"
+REVISION = "1"
+SYSTEM = ("You run the office database (employees: id name team; tickets: id topic owner status). "
+          "Each turn write one <call>…</call>: find TABLE col=value, set TABLE id=N col=value, "
+          "add TABLE col=value …, or done.")
+_CALL = re.compile(r"<call>(.*?)</call>", re.DOTALL)
+
+
+def expected_state(task: Task) -> dict:
+    """The database after the task's reference calls: the only thing the verifier compares with."""
+    conn = db.connect(task.metadata["rows"])
+    for call in task.metadata["script"]:
+        op, table, args = db.parse(call)
+        if op != "done":
+            db.execute(conn, op, table, args)
+    return db.dump(conn)
+
+
+class WorkplaceDBEnv:
+    name = NAME
+    revision = REVISION
+
+    def __init__(self) -> None:
+        self._conn: sqlite3.Connection | None = None
+
+    def reset(self, task: Task, seed: int) -> list[Message]:
+        self._task = task
+        self._conn = db.connect(task.metadata["rows"])
+        self._done = False
+        self._calls = 0
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.prompt}]
+
+    def step(self, action_text: str) -> Step:
+        assert self._conn is not None, "call reset() before step()"
+        if self._done:
+            return _error("invalid_action", "the episode has ended")
+        calls = _CALL.findall(action_text)
+        if not calls:
+            return _error("invalid_action", "write one <call>…</call>")
+        try:
+            op, table, args = db.parse(calls[-1])
+            if op == "done":
+                self._done = True
+                match = float(db.dump(self._conn) == expected_state(self._task))
+                return Step(None, True, TerminalReason.EOS, {"db_match": match},
+                            {"tool": "done", "calls": self._calls})
+            self._calls += 1
+            result = db.execute(self._conn, op, table, args)
+        except db.CallError as err:
+            return _error(err.kind, str(err))
+        except sqlite3.Error as err:  # validation passed, so this is the database failing, not the policy
+            self._done = True
+            return Step(None, True, TerminalReason.INFRA_FAILURE, {},
+                        {"tool": op, "infra_error": f"{type(err).__name__}: {err}"})
+        return Step(f"<result>{result}</result>\n", info={"tool": op, "invalid_action": False})
+
+    def state_hash(self) -> str:
+        return db.digest(self._conn) if self._conn is not None else ""
+
+
+def _error(kind: str, why: str) -> Step:
+    return Step(f"<error>{kind}: {why}</error>\n",
+                info={"invalid_action": True, "blocked_action": kind == "blocked_action"})
+
+
+def make_expert(error_rate: float = 0.2) -> Callable[[Task, list[str], random.Random], str]:
+    """Follows the task's reference calls. With probability `error_rate` (drawn on the first turn)
+    it skips the look-ups and writes with a guessed, wrong id, then says done: the kind of shortcut a
+    model cloned from it keeps until RL shows that looking up pays. The expert recognises which path
+    it is on from the observations alone (the reference path's first result is known in advance)."""
+
+    def expert(task: Task, observations: list[str], rng: random.Random) -> str:
+        script = task.metadata["script"]
+        if not observations:
+            if rng.random() < error_rate:
+                return f"<call>{task.metadata['shortcut']}</call>"
+            return f"<call>{script[0]}</call>"
+        if observations[0] != task.metadata["first_result"]:
+            return "<call>done</call>"  # on the shortcut path
+        return f"<call>{script[min(len(observations), len(script) - 1)]}</call>"
+
+    return expert
