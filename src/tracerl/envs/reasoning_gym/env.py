@@ -1,0 +1,105 @@
+"""The reasoning_gym environment: one-turn problems from the `reasoning-gym` package, scored by the
+package's own scorers behind tracerl's guards (see `families.py`).
+
+Grammar: the policy answers with `<answer>…</answer>` (the episode ends, `eos`). The `correct`
+component is 1 only when the guard admits the answer and the package scorer returns 1.0; partial
+scores the package gives (e.g. 0.01 for any well-formed 24-point attempt, 0.5 for `' -4 '`) are kept
+in `info` and never become reward. A scorer that raises is a tool fault (`infra_failure`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import random
+import re
+from collections.abc import Callable
+
+from tracerl.contract.roles import TerminalReason
+from tracerl.envs.base import Message, Step
+from tracerl.envs.reasoning_gym.families import CONFIGS, guard, prompt, wrong_answer
+from tracerl.errors import UserError
+from tracerl.tasks.task import Task
+
+NAME = "reasoning_gym"
+REVISION = "1"
+SYSTEM = "Solve the problem. Give only the final answer as <answer>…</answer>."
+_CALL = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def require_package():
+    """Imports `reasoning_gym` or raises one clear sentence naming the fix."""
+    try:
+        import reasoning_gym
+    except ImportError as err:
+        raise UserError("the reasoning_gym environment needs the reasoning-gym package; "
+                        "install it with: pip install 'tracerl[reasoning]'") from err
+    return reasoning_gym
+
+
+@functools.lru_cache(maxsize=64)
+def dataset(family: str, level: int, seed: int = 0, size: int = 1):
+    """A reasoning-gym dataset with tracerl's config for (family, level). Scorers read the config
+    (e.g. puzzle24's value range), so scoring rebuilds the same dataset the task came from."""
+    rg = require_package()
+    return rg.create_dataset(family, size=size, seed=seed, **CONFIGS[family][level])
+
+
+def score(family: str, level: int, answer: str, entry: dict) -> tuple[float, dict]:
+    answer = answer.strip()
+    rejected = guard(family, answer, entry)
+    if rejected is not None:
+        return 0.0, {"guard": rejected}
+    raw = float(dataset(family, level).score_answer(answer=answer, entry=entry))
+    return float(raw >= 1.0), {"package_score": raw}
+
+
+class ReasoningGymEnv:
+    name = NAME
+    revision = REVISION
+
+    def __init__(self, scorer: Callable[[str, int, str, dict], tuple[float, dict]] = score) -> None:
+        self._score = scorer
+        self._task: Task | None = None
+
+    def reset(self, task: Task, seed: int) -> list[Message]:
+        self._task = task
+        self._done = False
+        self._answer: str | None = None
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.prompt}]
+
+    def step(self, action_text: str) -> Step:
+        assert self._task is not None, "call reset() before step()"
+        if self._done:
+            return Step("<error>invalid_action: the episode has ended</error>\n", info={"invalid_action": True})
+        calls = _CALL.findall(action_text)
+        if not calls:
+            return Step("<error>invalid_action: answer with <answer>…</answer></error>\n",
+                        info={"invalid_action": True})
+        self._done = True
+        self._answer = calls[-1]
+        meta = self._task.metadata
+        try:
+            correct, raw = self._score(meta["family"], int(meta["level"]), calls[-1], meta["entry"])
+        except Exception as err:  # the scorer is infrastructure; its crash is never the policy's reward
+            return Step(None, True, TerminalReason.INFRA_FAILURE, {},
+                        {"infra_error": f"{type(err).__name__}: {err}"})
+        return Step(None, True, TerminalReason.EOS, {"correct": correct}, {"scorer": raw, "invalid_action": False})
+
+    def state_hash(self) -> str:
+        payload = {"task": self._task.id if self._task else None, "answer": self._answer}
+        return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:16]
+
+
+def make_expert(error_rate: float = 0.2) -> Callable[[Task, list[str], random.Random], str]:
+    """Answers with the package's reference answer; with probability `error_rate` it gives a
+    plausible wrong one (an off-by-one-or-two number, or a 24-point expression that misses 24)."""
+
+    def expert(task: Task, observations: list[str], rng: random.Random) -> str:
+        meta = task.metadata
+        if rng.random() < error_rate:
+            return f"<answer>{wrong_answer(meta['family'], meta['entry'], rng)}</answer>"
+        return f"<answer>{meta['entry']['answer']}</answer>"
+
+    return expert
