@@ -1,21 +1,22 @@
 """The warm worker that runs *inside* the sandbox. Standard library only; never imports tracerl.
 
-It is started once (inside bubblewrap when available) with its control socket on fd 3, imports
-the common modules, and then forks per call:
+It is started once (inside bubblewrap when available) with its control socket on the fd named in
+its config, imports the common modules, and then, per call:
 
-  zygote ──fork──► monitor (per call: new user/mount/PID/IPC/UTS/net namespaces, a fresh tmpfs
-                     │        mounted on /work and /tmp; kills the call past its deadline;
-                     │        sends the one result message)
-                     └─fork──► init (PID 1 of the call's namespace: mounts /proc, reaps every
-                                 │     process, enforces the wall clock, measures CPU and memory;
-                                 │     when it exits the kernel kills whatever is left)
-                                 └─fork──► program (rlimits, all capabilities dropped,
-                                            no_new_privs, fds 3+ closed, clean environment)
+  zygote ──clone(new user/mount/PID/IPC/UTS/net namespaces)──► call init (PID 1 of the call)
+            maps one uid, mounts a fresh size-capped tmpfs on /work, /tmp and /dev/shm and a new
+            /proc, writes the files, then
+            └─fork──► program (rlimits, all capabilities dropped, no_new_privs, fds 3+ closed,
+                      clean environment, a fresh __main__)
+          init reaps every process, enforces the wall clock (SIGALRM), measures CPU and memory,
+          sends the one result message and exits; the kernel then kills whatever is left in the
+          PID namespace (daemons, double forks) and frees the tmpfs.
 
-The zygote never runs candidate code, so every call starts from the same pristine state.
-Monitor and init are non-dumpable, so the program cannot ptrace them, and the program holds none
-of their file descriptors. The only signal init listens to is SIGALRM (its wall clock): a program
-that sends it to PID 1 only ends its own call as a timeout.
+The zygote never runs candidate code, so every call starts from the same pristine state. The
+zygote kills a call's init on the host's request (output limit) or when init's own wall clock
+failed (backstop). Init is non-dumpable, so the program cannot ptrace it or read its fds, and the
+program holds none of init's file descriptors. The only signal init listens to is SIGALRM: a
+program that sends it to PID 1 only ends its own call as a timeout.
 """
 
 import ctypes
@@ -37,7 +38,11 @@ MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
 
+BACKSTOP_S = 2.0  # the zygote kills a call this long after its own wall clock should have
+SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220, "ppc64le": 120, "s390x": 120}.get(os.uname().machine, 56)
+
 libc = ctypes.CDLL(None, use_errno=True)
+pyapi = ctypes.PyDLL(None, use_errno=True)  # calls that keep the GIL, as os.fork does
 
 
 def _check(ret, what):
@@ -59,11 +64,8 @@ class _Deadline(Exception):
     pass
 
 
-def _enter_namespaces(limits):
-    """In the monitor: new namespaces, then a private size-capped tmpfs for /work and /tmp."""
-    uid, gid = os.getuid(), os.getgid()
-    _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
-                        | CLONE_NEWNET), "unshare")
+def _setup_namespaces(limits, uid, gid):
+    """In the fresh namespaces: map our uid, mount a private size-capped tmpfs and a new /proc."""
     with open("/proc/self/setgroups", "w") as f:
         f.write("deny")
     with open("/proc/self/uid_map", "w") as f:
@@ -79,6 +81,7 @@ def _enter_namespaces(limits):
         if os.path.isdir(target):
             _mount(f"/sandbox/{sub}", target, None, MS_BIND)
     _check(libc.umount2(b"/sandbox", MNT_DETACH), "umount /sandbox")
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     return "/work"
 
 
@@ -192,15 +195,54 @@ def _exit_code(code):
     return 1
 
 
-def _init(code, limits, workdir, namespaces, report_w):
-    """PID 1 of the call (or a session leader without namespaces): fork the program, reap, time."""
-    if namespaces:
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+def _clone_into_namespaces():
+    """fork() that also puts the child in new user/mount/PID/IPC/UTS/net namespaces, as PID 1.
+
+    A raw clone(2) wrapped in the interpreter's own before/after-fork hooks (what os.fork does),
+    so one process is both the call's monitor and its init. Called with the GIL held (PyDLL).
+    """
+    flags = (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET
+             | signal.SIGCHLD)
+    pyapi.PyOS_BeforeFork()
+    pid = pyapi.syscall(SYS_CLONE, ctypes.c_ulong(flags), None, None, None, None)
+    if pid == 0:
+        pyapi.PyOS_AfterFork_Child()
+    else:
+        pyapi.PyOS_AfterFork_Parent()
+        if pid < 0:
+            raise OSError(ctypes.get_errno(), "clone failed")
+    return pid
+
+
+def _call(req, fds, ctrl, config, uid, gid):
+    """The call's monitor and init (PID 1 of its namespaces): set up, run the program, report."""
+    call_id, namespaces = req["id"], config["namespaces"]
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    payload_fd, stdin_fd, out_fd, err_fd = fds
+    chunks = []
+    while True:
+        chunk = os.read(payload_fd, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(payload_fd)
+    payload = json.loads(b"".join(chunks))
+    limits, code = payload["limits"], payload["code"]
+    try:
+        workdir = _setup_namespaces(limits, uid, gid) if namespaces else _private_dir(config["workbase"])
+        _write_files(workdir, payload["files"])
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # after the uid maps: /proc/self turns root-owned
+    except OSError as exc:
+        _send(ctrl, {"id": call_id, "status": "crash", "reason": f"sandbox setup failed: {exc}"})
+        os._exit(0)
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
+        for target, fd in ((0, stdin_fd), (1, out_fd), (2, err_fd)):
+            os.dup2(fd, target)
         _run_program(code, limits, workdir, namespaces)
-    for fd in (0, 1, 2):
+    for fd in (stdin_fd, out_fd, err_fd):
         os.close(fd)
 
     def on_alarm(signum, frame):
@@ -216,137 +258,87 @@ def _init(code, limits, workdir, namespaces, report_w):
                 status = st
     except _Deadline:
         timed_out = True
-        os.kill(pid, signal.SIGKILL)
-        if not namespaces:
-            os.killpg(pid, signal.SIGKILL)
+        _kill_tree(pid, namespaces)
         _, status = os.waitpid(pid, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
     import resource
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if not namespaces:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    report = {"wait_status": status, "timed_out": timed_out, "wall_s": time.monotonic() - start,
-              "cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_bytes": usage.ru_maxrss * 1024}
-    os.write(report_w, json.dumps(report).encode())
-    os._exit(0)
-
-
-def _monitor(req, fds, ctrl, config):
-    """One call, from namespaces to result message. Runs in a child of the zygote."""
-    call_id = req["id"]
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    payload_fd, stdin_fd, out_fd, err_fd = fds
-    chunks = []
-    while True:
-        chunk = os.read(payload_fd, 1 << 20)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(payload_fd)
-    payload = json.loads(b"".join(chunks))
-    limits, namespaces = payload["limits"], config["namespaces"]
-    result = {"id": call_id}
-    try:
-        workdir = _enter_namespaces(limits) if namespaces else _private_dir(config["workbase"])
-        _write_files(workdir, payload["files"])
-        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # after the uid maps: /proc/self turns root-owned
-    except OSError as exc:
-        result.update(status="crash", reason=f"sandbox setup failed: {exc}")
-        _send(ctrl, result)
-        os._exit(0)
-    report_r, report_w = os.pipe()
-    child = os.fork()
-    if child == 0:
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-        ctrl.close()
-        os.close(report_r)
-        for target, fd in ((0, stdin_fd), (1, out_fd), (2, err_fd)):
-            os.dup2(fd, target)
-        for fd in (stdin_fd, out_fd, err_fd):
-            os.close(fd)
-        try:
-            _init(payload["code"], limits, workdir, namespaces, report_w)
-        finally:
-            os._exit(3)
-    for fd in (stdin_fd, out_fd, err_fd, report_w):
-        os.close(fd)
-    killed = []
-
-    def on_kill(signum, frame):
-        killed.append(True)
-        os.kill(child, signal.SIGKILL)
-        if not namespaces:
-            try:
-                os.killpg(child, signal.SIGKILL)
-            except OSError:
-                pass
-
-    signal.signal(signal.SIGUSR1, on_kill)
-    pidfd = os.pidfd_open(child)
-    deadline = time.monotonic() + limits["wall_s"] + 2.0
-    poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    while not poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
-        if time.monotonic() >= deadline:
-            os.kill(child, signal.SIGKILL)
-            break
-    os.waitpid(child, 0)
-    raw = b""
-    while True:
-        chunk = os.read(report_r, 65536)
-        if not chunk:
-            break
-        raw += chunk
-    if not namespaces:
+    if not namespaces:  # with namespaces, this process exiting takes every other one with it
+        _kill_tree(pid, namespaces)
         import shutil
         shutil.rmtree(workdir, ignore_errors=True)
-    if killed:
-        result.update(status="killed", reason="killed on the host's request")
-    elif raw:
-        result.update(json.loads(raw))
-    else:
-        result.update(status="timeout", reason="the call's init did not answer by its deadline; killed")
-    _send(ctrl, result)
+    _send(ctrl, {"id": call_id, "wait_status": status, "timed_out": timed_out,
+                 "wall_s": time.monotonic() - start, "cpu_s": usage.ru_utime + usage.ru_stime,
+                 "max_rss_bytes": usage.ru_maxrss * 1024})
     os._exit(0)
 
 
-def _probe():
-    """Whether per-call namespaces work here; run once at start, reported to the host."""
-    pid = os.fork()
+def _kill_tree(pid, namespaces):
+    try:
+        os.kill(pid, signal.SIGKILL)
+        if not namespaces:
+            os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _spawn(req, fds, ctrl, config):
+    """Start one call in a child; returns the child's pid (in the zygote's PID namespace)."""
+    uid, gid = os.getuid(), os.getgid()
+    pid = _clone_into_namespaces() if config["namespaces"] else os.fork()
     if pid == 0:
         try:
-            _enter_namespaces({"disk_bytes": 1 << 20})
-            os._exit(0)
-        except BaseException:  # noqa: BLE001
+            _call(req, fds, ctrl, config, uid, gid)
+        finally:
             os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    return status == 0
+    return pid
+
+
+def _probe(ctrl, config):
+    """Whether per-call namespaces work here; run once at start, reported to the host."""
+    r, w = os.pipe()
+    pid = _clone_into_namespaces()
+    if pid == 0:
+        try:
+            _setup_namespaces({"disk_bytes": 1 << 20}, *config["ids"])
+            os.write(w, b"ok")
+        finally:
+            os._exit(0)
+    os.close(w)
+    answer = os.read(r, 2)
+    os.close(r)
+    os.waitpid(pid, 0)
+    return answer == b"ok"
 
 
 def main():
     config = json.loads(sys.argv[1])
+    for fd in range(3, 1 << 10):  # the bootstrap's source memfd and anything else but the socket
+        if fd != config["ctrl_fd"]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
     ctrl = socket.socket(fileno=config["ctrl_fd"])
     for name in config.get("preload", []):
         try:
             __import__(name)
         except Exception:  # noqa: BLE001 - a missing optional module only costs warmth
             pass
-    namespaces = config["namespaces"]
-    if namespaces and not _probe():
+    config["ids"] = (os.getuid(), os.getgid())
+    if config["namespaces"] and not _probe(ctrl, config):
         _send(ctrl, {"ready": False, "reason": "per-call namespaces could not be created inside the sandbox"})
         return
     _send(ctrl, {"ready": True, "pid": os.getpid(), "python": sys.version.split()[0]})
     poller = select.poll()
     poller.register(ctrl.fileno(), select.POLLIN)
-    monitors = {}  # pidfd -> (pid, call id)
-    by_id = {}
+    calls = {}  # pidfd -> (pid, call id, deadline)
+    by_id = {}  # call id -> pid
+    killed = {}  # call id -> result to send when its init is reaped
     while True:
-        for fd, _ in poller.poll():
+        now = time.monotonic()
+        timeout = min((d for _, _, d in calls.values()), default=now + 3600) - now
+        for fd, _ in poller.poll(max(0.0, timeout) * 1000):
             if fd == ctrl.fileno():
                 msg, fds, _, _ = socket.recv_fds(ctrl, 1 << 16, 8)
                 if not msg:
@@ -355,29 +347,38 @@ def main():
                 if "kill" in req:
                     pid = by_id.get(req["kill"])
                     if pid is not None:
-                        os.kill(pid, signal.SIGUSR1)
+                        killed[req["kill"]] = {"status": "killed", "reason": "killed on the host's request"}
+                        os.kill(pid, signal.SIGKILL)
                     continue
-                pid = os.fork()
-                if pid == 0:
-                    try:
-                        _monitor(req, fds, ctrl, config)
-                    finally:
-                        os._exit(1)
+                try:
+                    pid = _spawn(req, fds, ctrl, config)
+                except OSError as exc:
+                    _send(ctrl, {"id": req["id"], "status": "crash", "reason": f"could not start the call: {exc}"})
+                    pid = None
                 for f in fds:
                     os.close(f)
+                if pid is None:
+                    continue
                 pidfd = os.pidfd_open(pid)
-                monitors[pidfd] = (pid, req["id"])
+                calls[pidfd] = (pid, req["id"], time.monotonic() + req["wall_s"] + BACKSTOP_S)
                 by_id[req["id"]] = pid
                 poller.register(pidfd, select.POLLIN)
             else:
-                pid, call_id = monitors.pop(fd)
+                pid, call_id, _ = calls.pop(fd)
                 poller.unregister(fd)
                 os.close(fd)
                 by_id.pop(call_id, None)
                 _, status = os.waitpid(pid, 0)
-                if status != 0:
+                if call_id in killed:
+                    _send(ctrl, {"id": call_id, **killed.pop(call_id)})
+                elif status != 0:
                     _send(ctrl, {"id": call_id, "status": "crash",
                                  "reason": f"the call's monitor died (wait status {status})"})
+        now = time.monotonic()
+        for pid, call_id, deadline in list(calls.values()):
+            if now >= deadline and call_id not in killed:  # its own wall clock failed: backstop
+                killed[call_id] = {"status": "crash", "reason": "the call's init missed its wall clock; killed by the zygote"}
+                os.kill(pid, signal.SIGKILL)
 
 
 if __name__ == "__main__":

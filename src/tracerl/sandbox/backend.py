@@ -93,7 +93,7 @@ def full_plan(python: str) -> Plan | None:
             "--clearenv", "--setenv", "PATH", SANDBOX_PATH, "--setenv", "LANG", "C.UTF-8",
             *_system_binds(python),
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/work",
-            "--dir", "/sandbox", "--remount-ro", "/", "--chdir", "/",
+            "--dir", "/sandbox", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/",
             "--", python, "-I", "-B", "-c"]
     enforced = [
         "bubblewrap: read-only view of /usr and the libraries only; no /home, /root, /work of the host",

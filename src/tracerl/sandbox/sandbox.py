@@ -155,7 +155,7 @@ class Sandbox:
         start = time.monotonic()
         try:
             try:
-                call_id, pending = worker.submit(payload, stdin, out_w, err_w)
+                call_id, pending = worker.submit(payload, stdin, out_w, err_w, limits.wall_s)
             finally:
                 os.close(out_w)
                 os.close(err_w)

@@ -48,9 +48,11 @@ class Worker:
         self.plan = plan
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = host
+        source_fd = _memfd("tracerl-zygote", zygote_source().encode())
         config = {"ctrl_fd": child.fileno(), "namespaces": plan.level == "full",
                   "workbase": plan.workbase, "preload": list(PRELOAD)}
-        argv = [*plan.argv, zygote_source(), json.dumps(config)]
+        bootstrap = (f"import os; exec(compile(os.pread({source_fd}, 1 << 20, 0), 'tracerl-sandbox-worker', 'exec'))")
+        argv = [*plan.argv, bootstrap, json.dumps(config)]
         kwargs = {}
         if plan.run_as is not None:
             kwargs = {"user": plan.run_as, "group": plan.run_as, "extra_groups": []}
@@ -58,10 +60,11 @@ class Worker:
         self._log = tempfile.TemporaryFile(prefix="tracerl-sandbox-worker-")
         try:
             self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=self._log, pass_fds=(child.fileno(),),
+                                          stderr=self._log, pass_fds=(child.fileno(), source_fd),
                                           cwd="/", env=env, start_new_session=True, **kwargs)
         finally:
             child.close()
+            os.close(source_fd)
         self._lock = threading.Lock()
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
@@ -110,7 +113,7 @@ class Worker:
             pending.result = {"status": "crash", "reason": "the sandbox worker died"}
             pending.event.set()
 
-    def submit(self, payload: bytes, stdin: bytes, out_w: int, err_w: int) -> tuple[int, _Pending]:
+    def submit(self, payload: bytes, stdin: bytes, out_w: int, err_w: int, wall_s: float) -> tuple[int, _Pending]:
         """Start one call; the caller owns (and closes) `out_w`/`err_w` after this returns."""
         payload_fd = _memfd("tracerl-call", payload)
         stdin_fd = _memfd("tracerl-stdin", stdin)
@@ -123,7 +126,7 @@ class Worker:
                 raise WorkerDied("the sandbox worker is not running")
             self._pending[call_id] = pending
         try:
-            socket.send_fds(self._sock, [json.dumps({"id": call_id}).encode()],
+            socket.send_fds(self._sock, [json.dumps({"id": call_id, "wall_s": wall_s}).encode()],
                             [payload_fd, stdin_fd, out_w, err_w])
         except OSError as exc:
             with self._lock:
