@@ -196,7 +196,8 @@ class CurriculumSampler:
 
     def mean_at(self, step: int) -> float:
         c = self.cfg
-        return c.mean_start + (c.mean_end - c.mean_start) * min(step / c.steps, 1.0)
+        f = min(step / c.steps, 1.0)
+        return c.mean_start * (1.0 - f) + c.mean_end * f
 
     def probabilities(self, source: str, step: int) -> np.ndarray:
         logits = -((self.pass_rates[source] - self.mean_at(step)) ** 2) / (2 * self.cfg.std ** 2)
