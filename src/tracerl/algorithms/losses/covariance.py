@@ -34,6 +34,33 @@ def token_covariance(logprobs_BT: torch.Tensor, adv_BT: torch.Tensor, mask_BT: t
         return torch.where(mask, cov, torch.zeros_like(cov))
 
 
+def clip_cov_selection(
+    logprobs_BT: torch.Tensor, adv_BT: torch.Tensor, mask_BT: torch.Tensor, *, clip_ratio: float, cov_low: float,
+    cov_high: float, generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Boolean (B, T): ⌊clip_ratio·N⌋ tokens drawn at random among those with cov_low ≤ Cov ≤ cov_high."""
+    mask = mask_BT.bool()
+    cov = token_covariance(logprobs_BT, adv_BT, mask)
+    candidates = (mask & (cov >= cov_low) & (cov <= cov_high)).flatten().nonzero().flatten()
+    n_pick = min(int(clip_ratio * int(mask.sum())), candidates.numel())
+    pick = candidates[torch.randperm(candidates.numel(), generator=generator)[:n_pick].to(candidates.device)]
+    out = torch.zeros(mask.numel(), dtype=torch.bool, device=mask.device)
+    out[pick] = True
+    return out.view_as(mask)
+
+
+def kl_cov_selection(logprobs_BT: torch.Tensor, adv_BT: torch.Tensor, mask_BT: torch.Tensor, *, k: float) -> torch.Tensor:
+    """Boolean (B, T): the ⌊k·N⌋ selected tokens of largest Cov."""
+    mask = mask_BT.bool()
+    cov = token_covariance(logprobs_BT, adv_BT, mask)
+    n_pick = min(int(k * int(mask.sum())), int(mask.sum()))
+    flat = torch.where(mask, cov, torch.full_like(cov, float("-inf"))).flatten()
+    out = torch.zeros(mask.numel(), dtype=torch.bool, device=mask.device)
+    if n_pick:
+        out[torch.topk(flat, n_pick).indices] = True
+    return out.view_as(mask)
+
+
 def _prepare(logprobs_BT, old_logprobs_BT, adv_BT, mask_BT):
     if adv_BT.dim() == 1:
         adv_BT = adv_BT.unsqueeze(1).expand_as(logprobs_BT)
@@ -47,7 +74,8 @@ def _prepare(logprobs_BT, old_logprobs_BT, adv_BT, mask_BT):
 def _surrogate(ratio, adv, clip_low, clip_high):
     if clip_low is None and clip_high is None:
         return ratio * adv
-    return clipped_surrogate(ratio, adv, clip_low=clip_low or 0.0, clip_high=clip_high if clip_high is not None else 1e9)
+    return clipped_surrogate(ratio, adv, clip_low=clip_low if clip_low is not None else 1.0,  # ratio >= 0: no lower clip
+                             clip_high=clip_high if clip_high is not None else float("inf"))
 
 
 @register("clip_cov", kind="loss",
@@ -60,14 +88,10 @@ def clip_cov(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss to minimise and stats (`cov_affected_frac`, `cov_mean`)."""
     mask, log_r, adv = _prepare(logprobs_BT, old_logprobs_BT, adv_BT, mask_BT)
+    detach = clip_cov_selection(logprobs_BT, adv, mask, clip_ratio=clip_ratio, cov_low=cov_low, cov_high=cov_high,
+                                generator=generator)
+    n, n_pick = int(mask.sum()), int(detach.sum())
     cov = token_covariance(logprobs_BT, adv, mask)
-    n = int(mask.sum())
-    candidates = (mask & (cov >= cov_low) & (cov <= cov_high)).flatten().nonzero().flatten()
-    n_pick = min(int(clip_ratio * n), candidates.numel())
-    pick = candidates[torch.randperm(candidates.numel(), generator=generator)[:n_pick].to(candidates.device)]
-    detach = torch.zeros(mask.numel(), dtype=torch.bool, device=mask.device)
-    detach[pick] = True
-    detach = detach.view_as(mask)
     ratio = torch.exp(log_r)
     ratio = torch.where(detach, ratio.detach(), ratio)
     loss = -aggregate(_surrogate(ratio, adv, clip_low, clip_high), mask_BT, aggregation, max_len)
@@ -86,14 +110,9 @@ def kl_cov(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss to minimise and stats (`cov_affected_frac`, `cov_mean`)."""
     mask, log_r, adv = _prepare(logprobs_BT, old_logprobs_BT, adv_BT, mask_BT)
+    penalised = kl_cov_selection(logprobs_BT, adv, mask, k=k)
+    n, n_pick = int(mask.sum()), int(penalised.sum())
     cov = token_covariance(logprobs_BT, adv, mask)
-    n = int(mask.sum())
-    n_pick = min(int(k * n), n)
-    flat = torch.where(mask, cov, torch.full_like(cov, float("-inf"))).flatten()
-    pick = torch.topk(flat, n_pick).indices if n_pick else flat.new_zeros(0, dtype=torch.long)
-    penalised = torch.zeros(mask.numel(), dtype=torch.bool, device=mask.device)
-    penalised[pick] = True
-    penalised = penalised.view_as(mask)
     surrogate = _surrogate(torch.exp(log_r), adv, clip_low, clip_high)
     surrogate = surrogate - coef * torch.where(penalised, log_r.abs(), torch.zeros_like(log_r))
     loss = -aggregate(surrogate, mask_BT, aggregation, max_len)
