@@ -13,11 +13,11 @@ import functools
 import hashlib
 import json
 import random
-import re
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
 from tracerl.envs.base import Message, Step
+from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.reasoning_gym.families import CONFIGS, guard, prompt, wrong_answer
 from tracerl.errors import UserError
 from tracerl.tasks.task import Task
@@ -25,7 +25,6 @@ from tracerl.tasks.task import Task
 NAME = "reasoning_gym"
 REVISION = "1"
 SYSTEM = "Solve the problem. Give only the final answer as <answer>…</answer>."
-_CALL = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def require_package():
@@ -73,15 +72,14 @@ class ReasoningGymEnv:
         assert self._task is not None, "call reset() before step()"
         if self._done:
             return Step("<error>invalid_action: the episode has ended</error>\n", info={"invalid_action": True})
-        calls = _CALL.findall(action_text)
-        if not calls:
-            return Step("<error>invalid_action: answer with <answer>…</answer></error>\n",
-                        info={"invalid_action": True})
+        action = parse_tagged(action_text, ("answer",))
+        if action.kind == "invalid":
+            return Step(f"<error>invalid_action: {action.reason}</error>\n", info={"invalid_action": True})
         self._done = True
-        self._answer = calls[-1]
+        self._answer = action.body
         meta = self._task.metadata
         try:
-            correct, raw = self._score(meta["family"], int(meta["level"]), calls[-1], meta["entry"])
+            correct, raw = self._score(meta["family"], int(meta["level"]), action.body, meta["entry"])
         except Exception as err:  # the scorer is infrastructure; its crash is never the policy's reward
             return Step(None, True, TerminalReason.INFRA_FAILURE, {},
                         {"infra_error": f"{type(err).__name__}: {err}"})
@@ -96,7 +94,7 @@ def make_expert(error_rate: float = 0.2) -> Callable[[Task, list[str], random.Ra
     """Answers with the package's reference answer; with probability `error_rate` it gives a
     plausible wrong one (an off-by-one-or-two number, or a 24-point expression that misses 24)."""
 
-    def expert(task: Task, observations: list[str], rng: random.Random) -> str:
+    def expert(task: Task, observations: list[str], rng: random.Random, *, error_rate: float = error_rate) -> str:
         meta = task.metadata
         if rng.random() < error_rate:
             return f"<answer>{wrong_answer(meta['family'], meta['entry'], rng)}</answer>"

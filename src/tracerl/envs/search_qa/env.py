@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import re
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
 from tracerl.envs.base import Message, Step
+from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.search_qa.kb import normalize, passages
 from tracerl.tasks.task import Task
 
@@ -25,7 +25,6 @@ TOP_K = 2
 SEARCH_BUDGET = 3
 SYSTEM = ("Answer the question. To search, write <search>words</search>; you get passages in "
           "<result></result>. Give the final answer as <answer>name</answer>.")
-_CALL = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 
 Retriever = Callable[[list[str]], Callable[[str, int], list[str]]]
 
@@ -71,10 +70,10 @@ class SearchQAEnv:
         assert self._task is not None, "call reset() before step()"
         if self._done:
             return _invalid("episode_over", "the episode has ended")
-        calls = _CALL.findall(action_text)
-        if not calls:
-            return _invalid("invalid_action", "end the turn with <search>…</search> or <answer>…</answer>")
-        tool, body = calls[-1]
+        action = parse_tagged(action_text, ("search", "answer"))
+        if action.kind == "invalid":
+            return _invalid("invalid_action", action.reason)
+        tool, body = action.kind, action.body
         if tool == "answer":
             self._done = True
             correct = float(normalize(body) == normalize(str(self._task.answer)) and bool(normalize(body)))
@@ -113,7 +112,7 @@ def make_expert(error_rate: float = 0.2) -> Callable[[Task, list[str], random.Ra
     keeps a habit of guessing that RL can remove; otherwise it issues one query per hop and answers
     with the entity read off the last result."""
 
-    def expert(task: Task, observations: list[str], rng: random.Random) -> str:
+    def expert(task: Task, observations: list[str], rng: random.Random, *, error_rate: float = error_rate) -> str:
         meta = task.metadata
         if not observations:
             if rng.random() < error_rate:

@@ -6,7 +6,6 @@ can be memorised from pre-training or from other tasks: the only way to answer i
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 import string
@@ -75,7 +74,3 @@ def normalize(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
-def split_of(key: str, heldout_fraction: float = 0.2) -> str:
-    """Held-out membership is a function of the task's content, fixed before any sampling."""
-    bucket = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return "heldout" if bucket < heldout_fraction else "train"

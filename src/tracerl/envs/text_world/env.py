@@ -18,11 +18,11 @@ import copy
 import hashlib
 import json
 import random
-import re
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
 from tracerl.envs.base import Message, Step
+from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.text_world.world import apply, candidate_actions, describe, is_goal, plan
 from tracerl.tasks.task import Task
 
@@ -30,7 +30,6 @@ NAME = "text_world"
 REVISION = "1"
 SYSTEM = ("Take the coin. Each turn write one <action>…</action>: go <direction>, take <item>, "
           "open door, open chest, unlock door with <color> key.")
-_CALL = re.compile(r"<action>(.*?)</action>", re.DOTALL)
 
 
 class TextWorldEnv:
@@ -56,8 +55,8 @@ class TextWorldEnv:
         if self._done:
             return Step("<error>episode_over</error>\n", info={"invalid_action": True})
         self._steps += 1
-        calls = _CALL.findall(action_text)
-        nxt, msg = (None, "write one <action>…</action>") if not calls else apply(self._world, self._state, calls[-1])
+        action = parse_tagged(action_text, ("action",))
+        nxt, msg = (None, action.reason) if action.kind == "invalid" else apply(self._world, self._state, action.body)
         invalid = nxt is None
         if invalid:
             self._invalid += 1
@@ -91,7 +90,7 @@ def make_expert(error_rate: float = 0.25) -> Callable[[Task, list[str], random.R
     L + slack the episode succeeds iff at most `slack` slips happen before the plan completes:
     P(success) = Σ_{k≤slack} C(L+k−1, k) ε^k (1−ε)^L (see `expected_success`)."""
 
-    def expert(task: Task, observations: list[str], rng: random.Random) -> str:
+    def expert(task: Task, observations: list[str], rng: random.Random, *, error_rate: float = error_rate) -> str:
         world = task.metadata["world"]
         state = _state_after(world, observations)
         if rng.random() < error_rate:

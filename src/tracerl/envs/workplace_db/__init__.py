@@ -2,58 +2,38 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 
+from tracerl.envs._generation import generate_tasks
 from tracerl.envs.base import EnvSpec, register_env
 from tracerl.envs.workplace_db.env import NAME, REVISION, WorkplaceDBEnv, expected_state, make_expert
 from tracerl.envs.workplace_db.tasks import LEVELS, make_task
-from tracerl.errors import UserError
-from tracerl.tasks.task import SPLITS, Task
+from tracerl.tasks.task import Task
 
-DIFFICULTY_RANGE = (min(LEVELS), max(LEVELS))
+DIFFICULTY_RANGE = (0.0, 1.0)
 EXPERT_ERROR_RATE = 0.2
 
 
-def _split_of(key: str) -> str:
-    return "heldout" if int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 5 == 0 else "train"
-
-
-def generate(split: str, n: int, seed: int = 0, difficulty: float | None = None) -> list[Task]:
+def generate(split: str, n: int, seed: int = 0, difficulty=None) -> list[Task]:
     """`n` tasks of `split`; a task (database and request) is held out iff its content hash falls
-    in the held-out bucket, so the splits are disjoint."""
-    if split not in SPLITS:
-        raise UserError(f"unknown split {split!r}; use one of {SPLITS}")
-    if difficulty is not None and round(difficulty) not in LEVELS:
-        raise UserError(f"workplace_db difficulty {difficulty!r} is out of range; use {DIFFICULTY_RANGE}")
-    tasks: list[Task] = []
-    seen: set[str] = set()
-    i = 0
-    while len(tasks) < n:
-        if i > 100 * n + 1000:
-            raise UserError(f"workplace_db has only {len(tasks)} distinct {split} tasks; ask for fewer")
-        rng = random.Random(f"{NAME}:{seed}:{i}")
-        i += 1
-        level = round(difficulty) if difficulty is not None else rng.choice(LEVELS)
+    in the held-out bucket, so the splits are disjoint. Difficulty in [0, 1] maps to levels 0..3:
+    close a ticket by id; move a person (one look-up); reassign a ticket (two look-ups); add a
+    person and hand them a ticket."""
+
+    def make(rng: random.Random, level: int) -> tuple[str, dict]:
         t = make_task(rng, level)
         key = json.dumps({"rows": t["rows"], "prompt": t["prompt"]}, sort_keys=True)
-        if _split_of(key) != split or key in seen:
-            continue
-        seen.add(key)
-        tasks.append(Task(
-            id=f"{NAME}-{hashlib.sha256(key.encode()).hexdigest()[:12]}", source=NAME,
-            source_revision=REVISION, split=split, prompt=t["prompt"], answer=None,
-            difficulty=float(level),
-            metadata={k: t[k] for k in ("rows", "script", "shortcut", "first_result")},
-        ))
-    return tasks
+        meta = {k: t[k] for k in ("rows", "script", "shortcut", "first_result")}
+        return key, {"source": NAME, "source_revision": REVISION, "prompt": t["prompt"], "metadata": meta}
+
+    return generate_tasks(NAME, split, n, seed, difficulty, max(LEVELS), make)
 
 
 def audit_cases() -> list[dict]:
     """Call sequences that must not be rewarded (the database ends wrong, or nothing is verified)
     and the reference calls, with and without retried writes, which must be."""
-    task = generate("train", 1, seed=5, difficulty=2)[0]
+    task = generate("train", 1, seed=5, difficulty=2 / 3)[0]
     script = task.metadata["script"]
     wrap = lambda calls: [f"<call>{c}</call>" for c in calls]  # noqa: E731
     bad = [

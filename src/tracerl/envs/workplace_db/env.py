@@ -10,12 +10,12 @@ and consume a turn. An SQLite error that escapes validation is a tool fault: `in
 from __future__ import annotations
 
 import random
-import re
 import sqlite3
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
 from tracerl.envs.base import Message, Step
+from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.workplace_db import db
 from tracerl.tasks.task import Task
 
@@ -24,7 +24,6 @@ REVISION = "1"
 SYSTEM = ("You run the office database (employees: id name team; tickets: id topic owner status). "
           "Each turn write one <call>…</call>: find TABLE col=value, set TABLE id=N col=value, "
           "add TABLE col=value …, or done.")
-_CALL = re.compile(r"<call>(.*?)</call>", re.DOTALL)
 
 
 def expected_state(task: Task) -> dict:
@@ -55,11 +54,11 @@ class WorkplaceDBEnv:
         assert self._conn is not None, "call reset() before step()"
         if self._done:
             return _error("invalid_action", "the episode has ended")
-        calls = _CALL.findall(action_text)
-        if not calls:
-            return _error("invalid_action", "write one <call>…</call>")
+        action = parse_tagged(action_text, ("call",))
+        if action.kind == "invalid":
+            return _error("invalid_action", action.reason)
         try:
-            op, table, args = db.parse(calls[-1])
+            op, table, args = db.parse(action.body)
             if op == "done":
                 self._done = True
                 match = float(db.dump(self._conn) == expected_state(self._task))
@@ -90,7 +89,7 @@ def make_expert(error_rate: float = 0.2) -> Callable[[Task, list[str], random.Ra
     model cloned from it keeps until RL shows that looking up pays. The expert recognises which path
     it is on from the observations alone (the reference path's first result is known in advance)."""
 
-    def expert(task: Task, observations: list[str], rng: random.Random) -> str:
+    def expert(task: Task, observations: list[str], rng: random.Random, *, error_rate: float = error_rate) -> str:
         script = task.metadata["script"]
         if not observations:
             if rng.random() < error_rate:

@@ -1,0 +1,97 @@
+"""The code_tests environment: write a one-line Python function from a spec, test it, submit it.
+
+Grammar: `<run>code</run>` runs the code on the task's two visible examples in the sandbox (the
+observation is `<output>pass 2/2</output>` or the first failure); `<answer>code</answer>` ends the
+episode (`eos`) and the hidden tests score it: the `tests` component is the fraction passed. Runs
+and grading both go through `harness.evaluate`, which compares results outside the candidate's
+process. A sandbox fault (status `crash`) ends the episode as `infra_failure`, never a reward.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable
+
+from tracerl.contract.roles import TerminalReason
+from tracerl.envs.base import Message, Step
+from tracerl.envs.code_tests.harness import evaluate
+from tracerl.envs.grammar import parse_tagged
+from tracerl.tasks.task import Task
+
+NAME = "code_tests"
+REVISION = "1"
+RUN_BUDGET = 3
+SYSTEM = ("Write the Python function. <run>code</run> tests it on the examples; "
+          "submit with <answer>code</answer>.")
+
+
+class CodeTestsEnv:
+    name = NAME
+    revision = REVISION
+
+    def __init__(self, sandbox=None, run_budget: int = RUN_BUDGET) -> None:
+        self._sandbox = sandbox
+        self.run_budget = run_budget
+        self._task: Task | None = None
+
+    def reset(self, task: Task, seed: int) -> list[Message]:
+        self._task = task
+        self._runs: list[str] = []
+        self._done = False
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.prompt}]
+
+    def step(self, action_text: str) -> Step:
+        assert self._task is not None, "call reset() before step()"
+        if self._done:
+            return _invalid("the episode has ended")
+        action = parse_tagged(action_text, ("run", "answer"))
+        if action.kind == "invalid":
+            return _invalid(action.reason)
+        if action.kind == "run" and len(self._runs) >= self.run_budget:
+            return _invalid(f"run budget of {self.run_budget} is spent; submit an answer")
+        cases = self._task.tests["visible" if action.kind == "run" else "hidden"]
+        out = evaluate(action.body, [tuple(c) for c in cases], self._sandbox)
+        info = {"tool": action.kind, "tool_status": out.status, "invalid_action": False}
+        if out.infra_failure:
+            self._done = True
+            return Step(None, True, TerminalReason.INFRA_FAILURE, {}, {**info, "infra_error": out.feedback})
+        if action.kind == "answer":
+            self._done = True
+            return Step(None, True, TerminalReason.EOS, {"tests": out.passed / out.total},
+                        {**info, "passed": out.passed, "total": out.total})
+        self._runs.append(action.body)
+        text = f"pass {out.passed}/{out.total}" if out.passed == out.total else out.feedback
+        return Step(f"<output>{text}</output>\n", info=info)
+
+    def state_hash(self) -> str:
+        payload = {"task": self._task.id if self._task else None, "runs": getattr(self, "_runs", [])}
+        return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:16]
+
+
+def _invalid(why: str) -> Step:
+    return Step(f"<error>invalid_action: {why}</error>\n", info={"invalid_action": True})
+
+
+def make_expert(error_rate: float = 0.2, draft_error_rate: float = 0.3
+                ) -> Callable[[Task, list[str], random.Random], str]:
+    """A programmer who knows the reference solution. On the first turn it draws once: with
+    probability `error_rate` it submits the task's plausible bug without testing (always fails some
+    hidden test); with probability `draft_error_rate` it runs the bug first, reads the failure and
+    runs the fix; otherwise it runs the reference. After a passing run it submits what passed.
+    A cloned model thus sees the tool catch bugs, and keeps a habit of untested submissions that
+    RL can remove. Success rate: 1 − error_rate."""
+
+    def expert(task: Task, observations: list[str], rng: random.Random, *, error_rate: float = error_rate) -> str:
+        ref, bug = task.metadata["reference"], task.metadata["buggy"]
+        if not observations:
+            u = rng.random()
+            if u < error_rate:
+                return f"<answer>{bug}</answer>"
+            return f"<run>{bug if u < error_rate + draft_error_rate else ref}</run>"
+        if observations[-1].startswith("<output>pass"):
+            return f"<answer>{ref}</answer>"
+        return f"<run>{ref}</run>"
+
+    return expert
