@@ -95,7 +95,7 @@ class Sandbox:
         self._closed = False
         self._plan: Plan | None = None
         if require is not None:
-            plan = self.plan
+            plan, _ = _detect(self.python)
             if LEVELS.index(plan.level) < LEVELS.index(require):
                 raise SandboxUnavailable(
                     f"this recipe requires sandbox isolation '{require}' but this machine provides "
@@ -112,6 +112,11 @@ class Sandbox:
     @property
     def level(self) -> str:
         return self.plan.level
+
+    def worker_pid(self) -> int | None:
+        """Host pid of the warm worker's outermost process (None before the first call)."""
+        worker = self._worker
+        return worker.pid if worker is not None and worker.alive else None
 
     def isolation_report(self) -> dict:
         """What this machine enforces for this sandbox: level, enforced and missing protections."""

@@ -81,6 +81,7 @@ class Worker:
             detail = info.get("reason") or self._stderr_tail() or "it exited without a word"
             raise WorkerDied(f"the sandbox worker did not start: {detail}")
         self.info = info
+        self.pid = self._proc.pid
         self._reader = threading.Thread(target=self._read_results, name="tracerl-sandbox-reader", daemon=True)
         self._reader.start()
 
