@@ -118,6 +118,9 @@ def _play_turn(ep: _Episode, sample, spec: EnvSpec, tok, budgets: LoopBudgets, p
     info = step.info or {}
     if step.observation is not None and not step.terminated:
         obs_ids = encode_observation(tok, step.observation)
+        if len(traj) + len(obs_ids) >= budgets.max_tokens:  # no room for the answer to it
+            _finish(ep, spec, TerminalReason.MAX_TOKENS, None)
+            return
         s, e = traj.append(obs_ids, TokenRole.OBSERVATION)
         traj.add_span("observation", s, e, tool_name=info.get("tool"), tool_request=text,
                       tool_status=info.get("tool_status", "invalid_action" if info.get("invalid_action") else None),

@@ -1,0 +1,166 @@
+"""Run a recipe end to end: build or load the model, then its stages in order (DESIGN.md §1).
+
+`run_recipe` creates the run directory, writes the resolved config and the manifest, and runs
+`sft`, `eval` and `rl` stages as listed. Every held-out evaluation uses the same frozen
+protocol, and the before/after table compares them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+from tracerl.config import Recipe
+from tracerl.envs import get_env
+from tracerl.eval.heldout import run_heldout
+from tracerl.manifest import build_manifest
+from tracerl.models import build_tiny, load_model_and_tokenizer, tokenizer_hashes
+from tracerl.rollout import LoopBudgets, TorchEngine
+from tracerl.store import RunDir
+from tracerl.tasks.task import tasks_sha256
+from tracerl.train.checkpoint import save_checkpoint
+from tracerl.train.demos import collect_demos, demo_texts, tokenize_demo
+from tracerl.train.rl import train_rl
+from tracerl.train.sft import train_sft
+
+
+@dataclasses.dataclass
+class RunResult:
+    run_dir: Path
+    evals: list[dict]  # one per eval stage: {"after": stage label, "success": ..., ...}
+    wall_s: float
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _sandbox_revision() -> dict:
+    try:
+        import tracerl.sandbox as sb
+
+        report = sb.isolation_report() if hasattr(sb, "isolation_report") else {}
+        return {"revision": getattr(sb, "REVISION", "unknown"), "isolation": report}
+    except Exception as err:  # a manifest records what it can; the sandbox is checked on use
+        return {"revision": None, "error": repr(err)}
+
+
+def run_recipe(recipe: Recipe) -> RunResult:
+    t_start = time.time()
+    torch.set_num_threads(recipe.run.threads)
+    torch.manual_seed(recipe.run.seed)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    run = RunDir(recipe.run.dir, create=True) if recipe.run.dir else RunDir.new(recipe.run.root, recipe.run.name)
+    config_yaml = yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)
+    run.config_path.write_text(config_yaml)
+    _say(f"run directory: {run.path}")
+
+    spec = get_env(recipe.env.name)
+    seed = recipe.run.seed
+    train_tasks = spec.generate("train", recipe.env.train_tasks, seed, tuple(recipe.env.train_difficulty))
+    heldout = spec.generate("heldout", recipe.env.heldout_tasks, seed, tuple(recipe.env.heldout_difficulty))
+    demos = []
+    if "sft" in recipe.stages or recipe.model.path is None:
+        t0 = time.time()
+        demos = collect_demos(spec, train_tasks[: recipe.sft.demos], seed=seed, max_turns=recipe.env.max_turns,
+                              expert_kwargs={"tool_rate": recipe.sft.expert_tool_rate})
+        _say(f"collected {len(demos)} expert demonstrations through {spec.name} in {time.time() - t0:.1f}s")
+
+    if recipe.model.path is None:
+        tiny = recipe.model.tiny
+        t0 = time.time()
+        corpus = demo_texts(demos) + [str(t.prompt) for t in heldout]
+        model_dir = build_tiny(run.path / "base_model", corpus, tags=spec.special_tokens, vocab_size=tiny.vocab_size,
+                               hidden_size=tiny.hidden_size, num_layers=tiny.num_layers, num_heads=tiny.num_heads,
+                               intermediate_size=tiny.intermediate_size, max_positions=tiny.max_positions, seed=seed)
+        model, tokenizer = load_model_and_tokenizer(model_dir)
+        n_params = sum(p.numel() for p in model.parameters())
+        _say(f"built tiny model ({n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}) in {time.time() - t0:.1f}s")
+    else:
+        model, tokenizer = load_model_and_tokenizer(recipe.model.path, gguf_file=recipe.model.gguf_file,
+                                                    dtype=recipe.model.dtype)
+    tokenizer.save_pretrained(run.path / "tokenizer")
+    hashes = tokenizer_hashes(tokenizer)
+    run.write_manifest(build_manifest(
+        config_yaml=config_yaml, seeds={"run": seed}, tokenizer=hashes,
+        tasks={"source": spec.name, "train_sha256": tasks_sha256(train_tasks), "heldout_sha256": tasks_sha256(heldout),
+               "revisions": sorted({t.source_revision for t in train_tasks + heldout}),
+               "train": len(train_tasks), "heldout": len(heldout)},
+        env={"name": spec.name, "revision": spec.revision}, verifier={"name": f"{spec.name}.verify", "revision": spec.revision},
+        sandbox=_sandbox_revision(), truncation_policy=recipe.rl.truncation,
+        model={"path": recipe.model.path, "gguf_file": recipe.model.gguf_file, "tiny": recipe.model.path is None}))
+
+    engine = TorchEngine(model, tokenizer)
+    budgets = LoopBudgets(recipe.env.max_turns, recipe.env.max_tokens, recipe.env.max_new_tokens)
+    eval_tasks = heldout[: recipe.eval.tasks]
+    eval_sampling = {"temperature": recipe.eval.temperature, "top_p": recipe.eval.top_p, "top_k": 0}
+    evals: list[dict] = []
+    version = 0
+    last_stage = "base"
+
+    def evaluate(step: int, policy_version: int, label: str) -> dict[str, float]:
+        res = run_heldout(engine, spec, eval_tasks, samples=recipe.eval.samples, ks=recipe.eval.k,
+                          budgets=budgets, sampling=eval_sampling, policy_version=policy_version,
+                          seed=seed + 7919, tokenizer_hashes=hashes)
+        run.store.add_trajectories(res.trajectories, stage="eval", step=step)
+        m = res.metrics()
+        run.log_metrics(m | {"eval/policy_version": policy_version}, stage="eval", step=step)
+        evals.append({"after": label, "step": step, **m})
+        return m
+
+    log_sft = lambda m, s: run.log_metrics(m, stage="sft", step=s)  # noqa: E731
+    log_rl = lambda m, s: run.log_metrics(m, stage="rl", step=s)  # noqa: E731
+    rl_steps_done = 0
+    for stage in recipe.stages:
+        if stage == "sft":
+            examples = [tokenize_demo(tokenizer, d) for d in demos]
+            _say(f"sft: {len(examples)} demonstrations, {recipe.sft.epochs} epochs")
+            summary = train_sft(model, tokenizer, examples, recipe.sft, seed=seed, log=log_sft, progress=recipe.run.progress)
+            _say(f"sft: final loss {summary['sft/final_loss']:.3f} in {summary['sft/wall_s']:.1f}s")
+            version += 1
+            last_stage = "sft"
+        elif stage == "eval":
+            m = evaluate(rl_steps_done, version, last_stage)
+            _say(f"eval after {last_stage}: held-out success {m['eval/success']:.3f} "
+                 f"(avg@{recipe.eval.samples} over {len(eval_tasks)} tasks), tool calls/episode "
+                 f"{m['eval/tool_calls_per_episode']:.2f}")
+        elif stage == "rl":
+            def on_ckpt(step, state, optimizer):
+                save_checkpoint(run.checkpoints / f"step_{step}", model, tokenizer,
+                                state={"stage": "rl", "step": step, "policy_version": state.policy_version,
+                                       "sampler_state": state.sampler_state, "optimizer": optimizer.state_dict()})
+
+            state = train_rl(model, tokenizer, engine, train_tasks, recipe, spec=spec, log=log_rl,
+                             on_eval=lambda s, v: evaluate(s, v, f"rl step {s}"), on_checkpoint=on_ckpt,
+                             store=run.store, tokenizer_hashes=hashes, progress=recipe.run.progress)
+            version, rl_steps_done, last_stage = state.policy_version, state.step, "rl"
+    final = run.checkpoints / f"step_{rl_steps_done}"
+    if not final.exists():
+        save_checkpoint(final, model, tokenizer, state={"stage": last_stage, "step": rl_steps_done,
+                                                        "policy_version": version})
+    result = RunResult(run.path, [e for e in evals if not e["after"].startswith("rl step")], time.time() - t_start)
+    (run.path / "summary.json").write_text(json.dumps({"evals": evals, "wall_s": result.wall_s}, indent=2))
+    _print_table(result, recipe)
+    run.close()
+    return result
+
+
+def _print_table(result: RunResult, recipe: Recipe) -> None:
+    if not result.evals:
+        _say(f"done in {result.wall_s:.0f}s; run directory {result.run_dir}")
+        return
+    ks = [k for k in recipe.eval.k if k <= recipe.eval.samples]
+    head = f"{'after':<8} {'held-out success':>17} " + " ".join(f"{'pass@' + str(k):>8}" for k in ks) + f" {'tool calls':>11}"
+    _say("\n" + head + "\n" + "-" * len(head))
+    for e in result.evals:
+        _say(f"{e['after']:<8} {e['eval/success']:>17.3f} " + " ".join(f"{e[f'eval/pass@{k}']:>8.3f}" for k in ks)
+             + f" {e['eval/tool_calls_per_episode']:>11.2f}")
+    _say(f"\ndone in {result.wall_s:.0f}s; run directory {result.run_dir}")

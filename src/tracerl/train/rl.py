@@ -1,0 +1,157 @@
+"""The synchronous RL stage: rollouts → rewards → advantages → clipped policy loss → update.
+
+The trainer is algorithm-blind: the advantage estimator and the loss come from the registry
+(`tracerl.algorithms`), chosen by name in the recipe. Trajectories are validated and stored
+before they are trained on; infrastructure failures never carry reward into the loss, and the
+truncation policy (`mask` | `penalize` | `keep`) is an explicit recipe setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import random
+import time
+from collections.abc import Callable
+
+import torch
+from tqdm import tqdm
+
+from tracerl.algorithms import registry
+from tracerl.algorithms.losses import policy_loss
+from tracerl.config import Recipe
+from tracerl.contract import Trajectory
+from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
+from tracerl.tasks.task import Task
+from tracerl.telemetry import step_metrics
+from tracerl.train.batch import action_mask, pad_batch, token_logprobs
+from tracerl.train.optim import make_optimizer, warmup_constant
+
+
+@dataclasses.dataclass
+class RLState:
+    step: int = 0
+    policy_version: int = 0
+    sampler_state: object = None
+
+
+def advantage_fn(name: str, scale: str) -> Callable[[torch.Tensor, list[str]], torch.Tensor]:
+    fn = registry.get(name)
+    params = inspect.signature(fn).parameters
+    kwargs = {"scale": scale} if "scale" in params else {}
+    return lambda rewards_B, groups: fn(rewards_B, groups, **kwargs)
+
+
+def loss_weights(trajs: list[Trajectory], truncation: str) -> list[float]:
+    """1 for trajectories the loss sees, 0 for infra failures and (policy `mask`) truncations."""
+    return [0.0 if (not t.trainable or (truncation == "mask" and t.truncated)) else 1.0 for t in trajs]
+
+
+def rl_update(model, optimizer, trajs: list[Trajectory], adv_B: torch.Tensor, weights_B: list[float], *,
+              recipe: Recipe, pad_id: int) -> tuple[dict[str, float], torch.Tensor]:
+    """PPO-style clipped update over `minibatches` slices of one batch of rollouts."""
+    cfg = recipe.rl
+    # Rows whose advantage is zero everywhere add nothing to the surrogate's numerator; they are
+    # left out of the forward pass and the loss is rescaled so the objective (its denominator:
+    # all eligible tokens for `token`, all responses for `sequence` / `fixed`) stays exactly the same.
+    full_mask_tokens = sum(w * t.num_action_tokens for t, w in zip(trajs, weights_B))
+    full_rows = sum(1 for w in weights_B if w > 0)
+    keep = [i for i in range(len(trajs)) if weights_B[i] > 0 and float(adv_B[i]) != 0.0]
+    if not keep:
+        return {}, (torch.zeros(0, 0), [])
+    trajs, adv_B = [trajs[i] for i in keep], adv_B[keep]
+    weights_B = [weights_B[i] for i in keep]
+    ids, attn = pad_batch([t.token_ids for t in trajs], pad_id)
+    mask = action_mask([t.roles for t in trajs], ids.shape[1]) * torch.tensor(weights_B)[:, None]
+    old = torch.zeros(ids.shape, dtype=torch.float32)
+    for i, t in enumerate(trajs):
+        lp = torch.tensor(t.behavior_logprobs, dtype=torch.float32)
+        old[i, : len(t)] = torch.nan_to_num(lp, nan=0.0)
+    entropy = torch.zeros(ids.shape)
+    B, mb = len(trajs), max(1, cfg.minibatches)
+    order = torch.randperm(B)
+    stats_acc: dict[str, float] = {}
+    model.train()
+    for k in range(mb):
+        idx = order[k * B // mb:(k + 1) * B // mb]
+        if mask[idx].sum() == 0:
+            continue
+        lp, ent = token_logprobs(model, ids[idx], attn[idx], temperature=recipe.sampling.temperature,
+                                 with_entropy=True)
+        entropy[idx] = ent
+        loss, stats = policy_loss(lp, old[idx], adv_B[idx], mask[idx], clip_low=cfg.clip_low,
+                                  clip_high=cfg.clip_high, aggregation=cfg.aggregation,
+                                  max_len=recipe.env.max_tokens)
+        if cfg.aggregation == "token":
+            loss = loss * mask[idx].sum() / (full_mask_tokens / mb)
+        else:
+            loss = loss * len(idx) / (full_rows / mb)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+        stats = {k2: float(v) for k2, v in stats.items() if torch.as_tensor(v).numel() == 1}
+        stats |= {"loss": float(loss.detach()), "grad_norm": float(gnorm), "updates": float(mb)}
+        for key, v in stats.items():
+            stats_acc[key] = stats_acc.get(key, 0.0) + v / mb
+    model.eval()
+    stats_acc["trained_rows"] = float(len(keep))
+    return stats_acc, (entropy, keep)
+
+
+def train_rl(model, tokenizer, engine: TorchEngine, tasks: list[Task], recipe: Recipe, *, spec, log,
+             on_eval: Callable[[int, int], dict[str, float]] | None, on_checkpoint: Callable[[int, RLState, object], None],
+             store, tokenizer_hashes: dict[str, str], progress: bool = True, state: RLState | None = None) -> RLState:
+    cfg = recipe.rl
+    state = state or RLState()
+    rng = random.Random(f"rl-sampler:{recipe.run.seed}")
+    if state.sampler_state is not None:
+        rng.setstate(state.sampler_state)
+    gen = torch.Generator().manual_seed(recipe.run.seed * 1000 + state.step)
+    adv_fn = advantage_fn(cfg.advantage, cfg.advantage_scale)
+    optimizer = make_optimizer(model, cfg.lr)
+    sched = warmup_constant(optimizer, warmup=3)
+    budgets = LoopBudgets(recipe.env.max_turns, recipe.env.max_tokens, recipe.env.max_new_tokens)
+    sampling = recipe.sampling.model_dump()
+    bar = tqdm(total=cfg.steps, initial=state.step, desc="rl", disable=not progress, leave=False)
+    while state.step < cfg.steps:
+        t0 = time.time()
+        prompts = [tasks[rng.randrange(len(tasks))] for _ in range(cfg.prompts_per_step)]
+        batch = [t for t in prompts for _ in range(cfg.group_size)]
+        groups = [f"s{state.step}-p{i // cfg.group_size}" for i in range(len(batch))]
+        trajs = run_episodes(engine, spec, batch, groups, budgets=budgets, sampling=sampling,
+                             policy_version=state.policy_version, seed=recipe.run.seed * 100003 + state.step,
+                             tokenizer_hashes=tokenizer_hashes, generator=gen)
+        t_roll = time.time() - t0
+        store.add_trajectories(trajs, stage="rl", step=state.step)
+        weights = loss_weights(trajs, recipe.rl.truncation)
+        rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
+        adv = adv_fn(rewards, groups) * torch.tensor(weights)
+        t1 = time.time()
+        stats, (entropy, kept) = rl_update(model, optimizer, trajs, adv, weights, recipe=recipe, pad_id=tokenizer.pad_token_id)
+        if stats:  # no optimizer step when every group had zero advantage
+            sched.step()
+        t_learn = time.time() - t1
+        state.policy_version += 1
+        state.step += 1
+        state.sampler_state = rng.getstate()
+        metrics = step_metrics(trajs, advantages=adv, loss_stats=stats,
+                               timings={"rollout": t_roll, "learner": t_learn}, policy_version=state.policy_version)
+        if kept:  # entropy is measured on the rows the learner saw (those with a learning signal)
+            sub = [trajs[i] for i in kept]
+            metrics |= {k: v for k, v in step_metrics(sub, advantages=adv[kept], token_entropy=entropy).items()
+                        if k.startswith("policy/entropy")}
+        if on_eval and cfg.eval_every and state.step % cfg.eval_every == 0 and state.step < cfg.steps:
+            metrics |= on_eval(state.step, state.policy_version)
+        log(metrics, state.step)
+        held = f" | held-out {metrics['eval/success']:.3f}" if "eval/success" in metrics else ""
+        line = (f"rl step {state.step:>3}/{cfg.steps} | reward {metrics.get('reward/mean', 0):.3f}{held} | "
+                f"tool calls {metrics.get('tool/calls_per_episode', 0):.2f} | "
+                f"tok/s {metrics.get('throughput/tokens_per_s', 0):.0f} | {time.time() - t0:.1f}s")
+        tqdm.write(line) if progress else print(line, flush=True)
+        bar.update()
+        if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0:
+            on_checkpoint(state.step, state, optimizer)
+    bar.close()
+    return state
+
