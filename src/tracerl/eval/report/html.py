@@ -1,0 +1,106 @@
+"""`build_report(run_dir)`: report/index.html (self-contained: inline CSS, relative PNGs) + plots."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from tracerl.eval.protocol import read_results
+from tracerl.eval.report.plots import render_figures
+from tracerl.eval.report.series import last_values, load_series
+
+CSS = """
+body{font-family:-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px auto;max-width:1180px;color:#1d2330;background:#fff}
+h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;border-bottom:1px solid #dde;padding-bottom:4px;margin-top:28px}
+.sub{color:#667;font-size:13px}table{border-collapse:collapse;font-size:12.5px;margin:8px 0}
+td,th{border:1px solid #dde;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f3f5fa}
+td.num{text-align:right;font-variant-numeric:tabular-nums}.fig{margin:14px 0}.fig img{max-width:100%;border:1px solid #eee}
+.cap{font-size:12.5px;color:#445}.missing{color:#a60}.gate{background:#fdecea}code{font-size:12px}
+.cols{columns:2;column-gap:24px}
+"""
+
+MANIFEST_KEYS = 60  # the summary shows at most this many flattened manifest entries
+
+
+def _flatten(d: Any, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(d, dict):
+        out = []
+        for k in sorted(d):
+            out += _flatten(d[k], f"{prefix}{k}.")
+        return out
+    value = json.dumps(d) if isinstance(d, (list, tuple)) else str(d)
+    return [(prefix[:-1], value if len(value) <= 160 else value[:157] + "...")]
+
+
+def _table(header: list[str], rows: list[list[Any]], cls: str = "") -> str:
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f'<td class="num">{v:.6g}</td>'
+        return f"<td>{html.escape(str(v))}</td>"
+
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(f'<tr class="{cls}">' + "".join(cell(v) for v in r) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _events(run_path: Path) -> list[dict[str, Any]]:
+    if not (run_path / "store.sqlite").exists():
+        return []
+    from tracerl.store.sqlite import Store
+
+    with Store(run_path / "store.sqlite") as store:
+        return store.events()
+
+
+def build_report(run_dir: str | Path) -> Path:
+    """Render the run's report; returns the path of index.html."""
+    run_path = Path(run_dir)
+    out = run_path / "report"
+    series = load_series(run_path)
+    figures = render_figures(series, out)
+    manifest = json.loads((run_path / "manifest.json").read_text()) if (run_path / "manifest.json").exists() else {}
+    events = _events(run_path)
+    evals = read_results(run_path)
+
+    parts = [f"<h1>tracerl run report — {html.escape(run_path.name)}</h1>",
+             f'<div class="sub">written {_dt.datetime.now().isoformat(timespec="seconds")} from '
+             f"{html.escape(str(run_path))}; {len(series)} metric series</div>"]
+    gates = [e for e in events if e["kind"] == "gate"]
+    if gates:
+        parts.append("<h2>Gate tripped</h2>" + _table(
+            ["stage", "step", "message"], [[e["stage"], e["step"], e["message"]] for e in gates], "gate"))
+    parts.append("<h2>Manifest</h2>")
+    if manifest:
+        flat = _flatten(manifest)
+        parts.append(_table(["key", "value"], [list(r) for r in flat[:MANIFEST_KEYS]]))
+        if len(flat) > MANIFEST_KEYS:
+            parts.append(f'<div class="sub">{len(flat) - MANIFEST_KEYS} more entries in manifest.json</div>')
+    else:
+        parts.append('<p class="missing">manifest.json not recorded</p>')
+    parts.append("<h2>Plots</h2>")
+    for spec, recorded in figures:
+        note = "" if recorded else ' <span class="missing">(not recorded in this run)</span>'
+        parts.append(f'<div class="fig"><h3>{html.escape(spec.title)}{note}</h3>'
+                     f'<img src="{spec.file}" alt="{html.escape(spec.title)}">'
+                     f'<div class="cap">{html.escape(spec.caption)}</div></div>')
+    if evals:
+        rows = [[e["protocol"].get("column", ""), e["protocol"].get("checkpoint_sha256", "")[:12], k, v]
+                for e in evals for k, v in sorted(e["results"].items())]
+        parts.append("<h2>Stored evaluations</h2><div class='sub'>one protocol column per procedure; "
+                     "numbers from different columns are not comparable</div>"
+                     + _table(["protocol column", "checkpoint", "metric", "value"], rows))
+    if events:
+        parts.append("<h2>Events</h2>" + _table(
+            ["kind", "stage", "step", "message"], [[e["kind"], e["stage"], e["step"], e["message"]] for e in events[-200:]]))
+    parts.append("<h2>Last value of every metric</h2>")
+    parts.append('<div class="cols">' + _table(["stage", "metric", "step", "value"],
+                                               [list(r) for r in last_values(series)]) + "</div>")
+    page = ("<!doctype html><html><head><meta charset='utf-8'><title>tracerl report — "
+            f"{html.escape(run_path.name)}</title><style>{CSS}</style></head><body>"
+            + "\n".join(parts) + "</body></html>")
+    index = out / "index.html"
+    index.write_text(page)
+    return index
