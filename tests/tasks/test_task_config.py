@@ -64,6 +64,6 @@ def test_build_pool_from_config_with_manifest_and_sampler(write_jsonl):
 def test_ids_colliding_across_sources_are_a_user_error(write_jsonl):
     a = write_jsonl([{"id": "x", "prompt": "p", "answer": "1"}], "a.jsonl")
     b = write_jsonl([{"id": "x", "prompt": "q", "answer": "2"}], "b.jsonl")
-    with pytest.raises(UserError, match="appears in sources 'a' and 'b'"):
+    with pytest.raises(UserError, match=r"appears in sources 'a' \(train\) and 'b' \(train\)"):
         build_pool(TasksConfig(sources=[TaskSourceConfig(path=str(a), license="MIT"),
                                         TaskSourceConfig(path=str(b), license="MIT")]))

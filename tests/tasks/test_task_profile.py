@@ -67,4 +67,6 @@ def test_difficulty_buckets(make_task):
     got = {tid: difficulty_bucket(make_task(tid, "p"), prof) for tid in "zqhto"}
     assert got == {"z": "pass 0", "q": "pass (0,0.25]", "h": "pass (0.25,0.5]", "t": "pass (0.75,1)", "o": "pass 1"}
     assert difficulty_bucket(make_task("u", "p", difficulty=3), prof) == "difficulty 3"
+    assert difficulty_bucket(make_task("u", "p", difficulty=0.3), prof) == "difficulty [0.25,0.5)"
+    assert difficulty_bucket(make_task("u", "p", difficulty=1.0), prof) == "difficulty [0.75,1]"
     assert difficulty_bucket(make_task("u", "p"), None) == "unknown"

@@ -26,7 +26,8 @@ class TaskSourceConfig(_Strict):
     env: str | None = Field(None, description="Registered environment whose `generate` builds tasks (generator sources).")
     n: int = Field(1000, ge=1, description="Number of tasks a generator source builds.")
     seed: int = Field(0, description="Seed passed to the generator; the same seed gives the same tasks.")
-    difficulty: float | int | None = Field(None, description="Difficulty passed to the generator; None lets it choose.")
+    difficulty: float | tuple[float, float] | None = Field(
+        None, description="Difficulty passed to the generator: one value or a (low, high) range in [0, 1]; None lets it choose.")
     split: Literal["train", "heldout"] = Field(
         "train", description="Split of rows that do not declare one, and the split a generator is asked for.")
     hf_split: str | None = Field(None, description="Which split of a saved DatasetDict to read (hf sources with several splits).")

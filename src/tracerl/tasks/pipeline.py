@@ -53,12 +53,13 @@ class TaskPool:
 
 
 def _check_unique_ids(tasks: list[Task]) -> None:
-    seen: dict[str, str] = {}
+    seen: dict[str, Task] = {}
     for t in tasks:
-        if t.id in seen and seen[t.id] != t.source:
-            raise UserError(f"task id {t.id!r} appears in sources {seen[t.id]!r} and {t.source!r}; "
-                            "ids must be unique across a run's sources (prefix them with the source name)")
-        seen[t.id] = t.source
+        if t.id in seen:
+            first = seen[t.id]
+            raise UserError(f"task id {t.id!r} appears in sources {first.source!r} ({first.split}) and "
+                            f"{t.source!r} ({t.split}); ids must be unique across a run's sources (prefix them)")
+        seen[t.id] = t
 
 
 def load_eval_sets(paths: list[str]) -> dict[str, list[tuple[str, str]]]:

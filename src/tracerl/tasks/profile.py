@@ -20,8 +20,9 @@ from tracerl.tasks.task import Task
 
 log = logging.getLogger("tracerl.tasks")
 
-# attempt_fn(tasks, n) -> successes per task (an int in 0..n each)
-AttemptFn = Callable[[list[Task], int], Sequence[int]]
+# attempt_fn(tasks, n) -> per task, successes (an int in 0..n) or (successes, attempts) when some
+# attempts did not count (e.g. infrastructure failures)
+AttemptFn = Callable[[list[Task], int], Sequence[int | tuple[int, int]]]
 
 
 @dataclasses.dataclass
@@ -96,7 +97,10 @@ def profile(tasks: Iterable[Task], attempt_fn: AttemptFn, n: int = 8, *, batch_s
         if len(successes) != len(batch):
             raise ValueError(f"attempt_fn returned {len(successes)} results for {len(batch)} tasks")
         for task, s in zip(batch, successes):
-            prof.record(task.id, int(s), n)
+            wins, tries = (int(s[0]), int(s[1])) if isinstance(s, tuple | list) else (int(s), n)
+            if tries > n:
+                raise ValueError(f"task {task.id!r}: attempt_fn reported {tries} attempts, more than n={n}")
+            prof.record(task.id, wins, tries)
         log.info("profiled %d/%d tasks", min(start + batch_size, len(tasks)), len(tasks))
     return prof
 
@@ -117,5 +121,9 @@ def difficulty_bucket(task: Task, prof: DifficultyProfile | None) -> str:
             if lo < rate <= hi or (label == "(0.75,1)" and rate > lo):
                 return f"pass {label}"
     if task.difficulty is not None:
-        return f"difficulty {task.difficulty:g}"
+        d = task.difficulty
+        if 0.0 <= d <= 1.0:  # the [0, 1] scale of the built-in generators, in quarters
+            q = min(int(d * 4), 3)
+            return f"difficulty [{q / 4:g},{(q + 1) / 4:g}{']' if q == 3 else ')'}"
+        return f"difficulty {d:g}"
     return "unknown"

@@ -172,7 +172,7 @@ def load_hf(cfg: TaskSourceConfig) -> LoadedSource:
 
 
 def load_generator(generate: Callable[..., list[Task]], *, name: str, split: str = "train", n: int = 1000,
-                   seed: int = 0, difficulty: float | int | None = None) -> LoadedSource:
+                   seed: int = 0, difficulty: float | tuple[float, float] | None = None) -> LoadedSource:
     """Tasks from an env's `generate(split, n, seed, difficulty)`, checked like rows of a file."""
     produced = list(generate(split, n, seed, difficulty))
     rows: list[tuple[int, Any]] = []

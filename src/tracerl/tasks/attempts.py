@@ -1,0 +1,43 @@
+"""An `attempt_fn` backed by the rollout engine: N episodes per task under the current policy.
+
+Kept out of `tracerl.tasks.__init__` so the task package does not import torch or the rollout
+stack unless profiling with a real model. Used by `tracerl tasks profile` and by a trainer that
+re-profiles between stages (`reprofile_stage`).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from tracerl.envs.base import EnvSpec
+from tracerl.eval.heldout import is_success
+from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
+from tracerl.tasks.profile import AttemptFn
+from tracerl.tasks.task import Task
+
+
+def engine_attempt_fn(engine: TorchEngine, spec: EnvSpec, *, budgets: LoopBudgets, sampling: dict, seed: int,
+                      policy_version: int = 0, tokenizer_hashes: dict[str, str] | None = None) -> AttemptFn:
+    """attempt_fn(tasks, n) -> (successes, attempts) per task.
+
+    An episode ending in `infra_failure` (sandbox crash, engine error) is neither a success nor a
+    failure of the policy: it is left out of the attempts, so a pass rate only counts real tries.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    calls = itertools.count()
+
+    def attempt(tasks: list[Task], n: int) -> list[tuple[int, int]]:
+        batch = [t for t in tasks for _ in range(n)]
+        groups = [f"profile-{t.id}" for t in batch]
+        trajs = run_episodes(engine, spec, batch, groups, budgets=budgets, sampling=sampling,
+                             policy_version=policy_version, seed=seed * 100003 + next(calls) * 7919,
+                             tokenizer_hashes=tokenizer_hashes, generator=gen)
+        out = []
+        for i in range(len(tasks)):
+            chunk = [tr for tr in trajs[i * n:(i + 1) * n] if tr.trainable]
+            out.append((sum(is_success(tr) for tr in chunk), len(chunk)))
+        return out
+
+    return attempt
