@@ -326,6 +326,9 @@ def main():
         except Exception:  # noqa: BLE001 - a missing optional module only costs warmth
             pass
     config["ids"] = (os.getuid(), os.getgid())
+    import gc
+    gc.collect()
+    gc.freeze()  # children never scan (and so never copy-on-write) the zygote's objects
     if config["namespaces"] and not _probe(ctrl, config):
         _send(ctrl, {"ready": False, "reason": "per-call namespaces could not be created inside the sandbox"})
         return

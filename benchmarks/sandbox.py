@@ -1,0 +1,100 @@
+"""Sandbox latency and throughput, side by side in one run.
+
+    .venv/bin/python benchmarks/sandbox.py [--calls 400] [--json]
+
+Rows: (a) a fresh `python3 -c pass` subprocess with no isolation at all, (b) the tracerl sandbox
+with full isolation started cold for every call (bubblewrap + a new interpreter), (c) the same
+sandbox warm (one pre-imported worker that clones per call). Each at concurrency 1 and 8.
+Targets (issue 4): warm at c=1 median <= 10 ms; warm at c=8 >= 200 calls/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+from tracerl.sandbox import Limits, Sandbox
+
+PROGRAM = "pass"
+LIMITS = Limits(wall_s=5, cpu_s=5, memory_bytes=256 * 2**20)
+
+
+def measure(call, n: int, concurrency: int) -> dict:
+    """Run `call` n times from `concurrency` threads; latency per call and overall rate."""
+    latencies: list[float] = []
+
+    def one(_):
+        t0 = time.perf_counter()
+        call()
+        latencies.append(time.perf_counter() - t0)
+
+    for _ in range(min(3, n)):  # warm caches and the worker outside the timing
+        call()
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(one, range(n)))
+    elapsed = time.perf_counter() - start
+    latencies.sort()
+    return {"n": n, "median_ms": statistics.median(latencies) * 1000,
+            "p99_ms": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] * 1000,
+            "calls_per_s": n / elapsed}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=400, help="calls per warm row (cold rows use a quarter)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warm_box = Sandbox(limits=LIMITS, max_workers=8)
+        cold_box = Sandbox(limits=LIMITS, warm=False, max_workers=8)
+    python = warm_box.python
+
+    def fresh_python():
+        subprocess.run([python, "-c", PROGRAM], check=True, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={})
+
+    def checked(box):
+        def call():
+            r = box.run(PROGRAM)
+            if r.status != "ok":
+                raise RuntimeError(f"sandbox call failed: {r}")
+        return call
+
+    rows = []
+    cold_n = max(20, args.calls // 4)
+    for label, call, n in (("python3 -c (no isolation)", fresh_python, cold_n),
+                           ("tracerl sandbox, cold", checked(cold_box), cold_n),
+                           ("tracerl sandbox, warm", checked(warm_box), args.calls)):
+        for concurrency in (1, 8):
+            rows.append({"config": label, "concurrency": concurrency, **measure(call, n, concurrency)})
+    level = warm_box.level
+    warm_box.close()
+    cold_box.close()
+    warm1 = next(r for r in rows if r["config"].endswith("warm") and r["concurrency"] == 1)
+    warm8 = next(r for r in rows if r["config"].endswith("warm") and r["concurrency"] == 8)
+    targets = {"warm c=1 median <= 10 ms": warm1["median_ms"] <= 10.0,
+               "warm c=8 >= 200 calls/s": warm8["calls_per_s"] >= 200.0}
+    if args.json:
+        print(json.dumps({"level": level, "cores": os.cpu_count(), "rows": rows, "targets": targets}, indent=2))
+    else:
+        print(f"isolation level: {level}; cores: {os.cpu_count()}; program: {PROGRAM!r}; interpreter: {python}")
+        print(f"{'configuration':<28} {'conc':>4} {'calls':>6} {'median ms':>10} {'p99 ms':>9} {'calls/s':>9}")
+        for r in rows:
+            print(f"{r['config']:<28} {r['concurrency']:>4} {r['n']:>6} {r['median_ms']:>10.2f} "
+                  f"{r['p99_ms']:>9.2f} {r['calls_per_s']:>9.1f}")
+        for name, met in targets.items():
+            print(f"target {name}: {'met' if met else 'NOT met'}")
+    return 0 if all(targets.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
