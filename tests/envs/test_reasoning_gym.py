@@ -1,0 +1,107 @@
+import builtins
+import random
+
+import pytest
+
+pytest.importorskip("reasoning_gym")
+
+from tracerl.contract.roles import TerminalReason  # noqa: E402
+from tracerl.envs import get_env  # noqa: E402
+from tracerl.envs.reasoning_gym import audit_cases, generate  # noqa: E402
+from tracerl.envs.reasoning_gym.env import ReasoningGymEnv, dataset, require_package, score  # noqa: E402
+from tracerl.envs.reasoning_gym.families import FAMILIES  # noqa: E402
+from tracerl.errors import UserError  # noqa: E402
+
+SPEC = get_env("reasoning_gym")
+
+
+def test_generation_is_deterministic_and_covers_the_families():
+    a, b = generate("train", 40, seed=1), generate("train", 40, seed=1)
+    assert [t.to_dict() for t in a] == [t.to_dict() for t in b]
+    assert {t.metadata["family"] for t in a} == set(FAMILIES)
+
+
+def test_heldout_is_disjoint_even_where_small_configs_repeat_questions():
+    fams = ("basic_arithmetic", "chain_sum", "simple_equations")  # puzzle24 costs ~50 ms a problem
+    train = generate("train", 150, seed=0, difficulty=0.0, families=fams)
+    train += generate("train", 150, seed=1, difficulty=0.0, families=fams)
+    held = generate("heldout", 40, seed=2, difficulty=0.0, families=fams)
+    assert not {t.id for t in train} & {t.id for t in held}
+    assert not {t.prompt for t in train if t.metadata["family"] == "chain_sum"} & {
+        t.prompt for t in held if t.metadata["family"] == "chain_sum"}
+
+
+def test_difficulty_knob_scales_the_problems():
+    easy = [t for t in generate("train", 40, difficulty=0.0) if t.metadata["family"] == "chain_sum"]
+    hard = [t for t in generate("train", 40, difficulty=1.0) if t.metadata["family"] == "chain_sum"]
+    assert max(len(t.prompt.split()) for t in easy) < min(len(t.prompt.split()) for t in hard)
+
+
+@pytest.mark.parametrize("error_rate", [0.0, 0.3])
+def test_expert_succeeds_at_its_configured_rate(kit, error_rate):
+    tasks = generate("train", 200, seed=3, families=("basic_arithmetic", "chain_sum", "simple_equations"))
+    tasks += generate("train", 20, seed=3, families=("puzzle24",))
+    rate = kit.success_rate(SPEC, tasks, seed=1, error_rate=error_rate)
+    assert abs(rate - (1 - error_rate)) <= 0.1  # 220 episodes, sd about 0.031
+
+
+def test_puzzle24_guard_closes_two_holes_in_the_package_scorer():
+    task = generate("train", 1, seed=0, families=("puzzle24",))[0]
+    entry, level = task.metadata["entry"], task.metadata["level"]
+    nums = sorted(entry["metadata"]["numbers"])
+    foreign = "(3+5)*(1+2)" if nums != [1, 2, 3, 5] else "(2+4)*(1+3)"
+    # the package alone rewards an expression over other numbers...
+    assert dataset("puzzle24", level).score_answer(answer=foreign, entry=entry) == 1.0
+    # ...tracerl does not, and says why
+    correct, raw = score("puzzle24", level, foreign, entry)
+    assert correct == 0.0 and "numbers" in raw["guard"]
+    assert score("puzzle24", level, task.answer, entry) == (1.0, {"package_score": 1.0})
+
+
+def test_partial_package_scores_are_not_reward():
+    task = generate("train", 1, seed=0, families=("basic_arithmetic",))[0]
+    correct, raw = score("basic_arithmetic", task.metadata["level"], f"{task.answer}.0", task.metadata["entry"])
+    assert correct == 0.0
+
+
+def test_audit_cases_are_not_rewarded(kit):
+    kit.check_audit(SPEC, audit_cases())
+
+
+def test_invalid_action_then_answer(kit):
+    task = generate("train", 1, seed=0)[0]
+    steps, _ = kit.play(SPEC, task, ["the answer is 4", f"<answer>{task.answer}</answer>"])
+    assert steps[0].info["invalid_action"] and not steps[0].terminated
+    assert steps[1].terminal_reason == TerminalReason.EOS and steps[1].reward_components == {"correct": 1.0}
+
+
+def test_scorer_crash_is_infra_failure():
+    def crashing(*args):
+        raise RuntimeError("scorer bug")
+
+    task = generate("train", 1, seed=0)[0]
+    env = ReasoningGymEnv(scorer=crashing)
+    env.reset(task, 0)
+    step = env.step("<answer>4</answer>")
+    assert step.terminal_reason == TerminalReason.INFRA_FAILURE and step.reward_components == {}
+
+
+def test_missing_package_is_one_clear_sentence(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_rg(name, *args, **kwargs):
+        if name == "reasoning_gym":
+            raise ImportError("No module named 'reasoning_gym'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_rg)
+    with pytest.raises(UserError, match=r"pip install 'tracerl\[reasoning\]'"):
+        require_package()
+    with pytest.raises(UserError, match="reasoning-gym package"):
+        generate("train", 1)
+
+
+def test_episode_replays_identically(kit):
+    task = generate("train", 3, seed=0)[2]
+    r1, r2 = (kit.run_expert(SPEC, task, random.Random(0)) for _ in range(2))
+    assert r1[0] == r2[0] and r1[2] == r2[2]
