@@ -26,6 +26,9 @@ def test_worked_example_from_design_literature():
     assert loss.item() == pytest.approx(-0.15, abs=1e-12)
     assert stats["clip_frac_low"].item() == 0.0 and stats["clip_frac_high"].item() == 0.0
     assert stats["ratio_min"].item() == pytest.approx(0.8) and stats["ratio_max"].item() == pytest.approx(1.2)
+    # quantiles of sorted ratios [0.8, 0.9, 1.1, 1.2] with linear interpolation at q·(n−1):
+    # q10 at 0.3 → 0.8 + 0.3·0.1 = 0.83; q50 at 1.5 → 1.0; q90 at 2.7 → 1.1 + 0.7·0.1 = 1.17
+    assert [stats[k].item() for k in ("ratio_q10", "ratio_q50", "ratio_q90")] == pytest.approx([0.83, 1.0, 1.17])
     # approx_kl (k3 of old vs new) = mean((r-1) - log r) over [1.1,.9,1.2,.8]
     k3 = sum((r - 1) - math.log(r) for r in (1.1, 0.9, 1.2, 0.8)) / 4
     assert stats["approx_kl"].item() == pytest.approx(k3, rel=1e-9)

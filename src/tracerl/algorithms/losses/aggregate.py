@@ -52,7 +52,16 @@ def masked_mean(x_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
 
 
 def masked_quantiles(x_BT: torch.Tensor, mask_BT: torch.Tensor, qs: tuple[float, ...]) -> list[torch.Tensor]:
-    vals = x_BT.detach()[mask_BT.bool()].float()
-    if vals.numel() == 0:
+    """Linear-interpolation quantiles of the selected values (NaN when none). Sort-based, because
+    torch.quantile refuses inputs above 2**24 elements and a large batch has more tokens than that."""
+    vals = x_BT.detach()[mask_BT.bool()].float().sort().values
+    n = vals.numel()
+    if n == 0:
         return [torch.tensor(float("nan")) for _ in qs]
-    return list(torch.quantile(vals, torch.tensor(qs, dtype=vals.dtype, device=vals.device)).unbind())
+    out = []
+    for q in qs:
+        pos = q * (n - 1)
+        lo = int(pos)
+        hi = min(lo + 1, n - 1)
+        out.append(vals[lo] + (vals[hi] - vals[lo]) * (pos - lo))
+    return out
