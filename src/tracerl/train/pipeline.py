@@ -58,6 +58,9 @@ def run_recipe(recipe: Recipe) -> RunResult:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+    if recipe.model.path is not None:  # a bad path fails before anything is written
+        model, tokenizer = load_model_and_tokenizer(recipe.model.path, gguf_file=recipe.model.gguf_file,
+                                                    dtype=recipe.model.dtype)
     run = RunDir(recipe.run.dir, create=True) if recipe.run.dir else RunDir.new(recipe.run.root, recipe.run.name)
     config_yaml = yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)
     run.config_path.write_text(config_yaml)
@@ -84,9 +87,6 @@ def run_recipe(recipe: Recipe) -> RunResult:
         model, tokenizer = load_model_and_tokenizer(model_dir)
         n_params = sum(p.numel() for p in model.parameters())
         _say(f"built tiny model ({n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}) in {time.time() - t0:.1f}s")
-    else:
-        model, tokenizer = load_model_and_tokenizer(recipe.model.path, gguf_file=recipe.model.gguf_file,
-                                                    dtype=recipe.model.dtype)
     tokenizer.save_pretrained(run.path / "tokenizer")
     hashes = tokenizer_hashes(tokenizer)
     run.write_manifest(build_manifest(
