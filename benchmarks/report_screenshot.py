@@ -94,8 +94,10 @@ def synthetic_run(root: str | Path, *, steps: int = 12, groups: int = 4, group_s
     classify = tag_classifier(tokenizer_pieces(tok))
     protocol = Protocol(checkpoint_sha256="0" * 64, tokenizer_sha256="a" * 64, chat_template_sha256="b" * 64,
                         env_name="math_tool", env_revision="math_tool-env-1", verifier_revision="math_tool-env-1",
-                        task_ids_sha256="c" * 64, num_tasks=20, sampling={"temperature": 1.0}, budgets={"max_turns": 4},
+                        tasks_sha256="c" * 64, num_tasks=20, sampling={"temperature": 1.0}, budgets={"max_turns": 4},
                         n=4, ks=[1, 4])
+    for s in range(6):  # a short supervised cold start before RL
+        loggers.log({"sft/loss": 4.0 * math.exp(-s / 2) + 0.3, "sft/lr": 1e-3}, stage="sft", step=s)
     for step in range(steps):
         trajs = []
         for g in range(groups):

@@ -59,7 +59,7 @@ def test_aggregate_names_and_tool_stats():
 
 def proto(**kw):
     base = dict(checkpoint_sha256="c" * 64, tokenizer_sha256="t" * 64, chat_template_sha256="h" * 64,
-                env_name="math_tool", env_revision="r1", verifier_revision="v1", task_ids_sha256="x" * 64,
+                env_name="math_tool", env_revision="r1", verifier_revision="v1", tasks_sha256="x" * 64,
                 num_tasks=2, sampling={"temperature": 1.0}, budgets={"max_turns": 4}, n=4, ks=[1, 2])
     return Protocol(**(base | kw))
 

@@ -43,7 +43,7 @@ class Protocol(BaseModel):
     env_revision: str = Field(description="Revision of the environment code.")
     verifier_revision: str = Field(description="Revision of the verifier that scores an episode.")
     split: str = Field("heldout", description="Task split; held-out tasks never produced training reward.")
-    task_ids_sha256: str = Field(description="SHA-256 of the ordered task ids: the denominator.")
+    tasks_sha256: str = Field(description="Content hash of the ordered task list (tasks.task.tasks_sha256): the denominator.")
     num_tasks: int = Field(description="Number of tasks evaluated.")
     sampling: dict[str, Any] = Field(description="Sampling parameters (temperature, top_p, top_k, ...).")
     budgets: dict[str, int] = Field(description="Episode budgets (max_turns, max_tokens, max_new_tokens).")
@@ -70,9 +70,6 @@ class Protocol(BaseModel):
     def metric_names(self, results: dict[str, float]) -> dict[str, float]:
         return {f"eval/{self.column}/{k}": v for k, v in results.items()}
 
-
-def task_ids_sha256(task_ids: list[str]) -> str:
-    return hashlib.sha256("\n".join(task_ids).encode()).hexdigest()
 
 
 def results_dir(root: str | Path, protocol: Protocol) -> Path:

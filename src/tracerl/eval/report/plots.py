@@ -53,6 +53,9 @@ FIGURES = (
         Panel("rate", ("rollout/truncation_rate", "tool/error_rate", "env/invalid_action_rate", "groups/zero_var_frac")),
         Panel("per episode / count", ("tool/calls_per_episode", "rollout/infra_failures", "staleness/mean"))),
         "Truncated episodes, tool errors per call, invalid actions per turn, zero-variance groups; infra failures are counted, never rewarded."),
+    Figure("sft.png", "Supervised cold start", (
+        Panel("loss", ("sft/loss", "sft/*loss*")),),
+        "Cross-entropy on action tokens of the expert demonstrations (the action grammar the RL stage starts from)."),
     Figure("time.png", "Time breakdown", (
         Panel("seconds per step", ("time/*_s",), stacked=True),
         Panel("generated tokens / s", ("throughput/tokens_per_s",))),

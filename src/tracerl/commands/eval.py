@@ -1,0 +1,129 @@
+"""`tracerl eval CHECKPOINT_OR_RUN [--env NAME] [--split heldout] [--n 8] [--k 1,4,8]`.
+
+Samples n episodes per held-out task from a checkpoint (or a run's latest checkpoint) and reports
+avg@n, unbiased pass@k, maj@k and tool-use statistics under a `Protocol` record written beside the
+numbers (`<root>/eval/<protocol column>/<checkpoint>/`). For a run directory the task set, budgets
+and seed come from its config.yaml, so the held-out tasks are the ones the run never trained on;
+the results are also logged to the run as `eval/<column>/<name>` metrics at the checkpoint's step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tracerl.errors import UserError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="evaluate a checkpoint on held-out tasks under a recorded protocol")
+    p.add_argument("target", metavar="CHECKPOINT_OR_RUN", help="a checkpoint directory or a run directory")
+    p.add_argument("--env", default=None, help="environment name (default: the run's)")
+    p.add_argument("--split", choices=("heldout",), default="heldout",
+                   help="task split; only held-out tasks (never rewarded in training) are evaluated")
+    p.add_argument("--n", type=int, default=8, help="samples per task (default 8)")
+    p.add_argument("--k", default="1,4,8", help="comma-separated k values of pass@k and maj@k (default 1,4,8)")
+    p.add_argument("--tasks", type=int, default=None, help="number of held-out tasks (default: the recipe's eval.tasks)")
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the recipe's eval.temperature)")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus mass (default: the recipe's eval.top_p)")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: the run's seed + 7919)")
+    p.add_argument("--out", default=None, help="folder to write eval/<column>/... under (default: the run, or the checkpoint)")
+    p.set_defaults(func=run)
+
+
+def _parse_ks(text: str, n: int) -> list[int]:
+    try:
+        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise UserError(f"--k {text!r} must be comma-separated integers, e.g. --k 1,4,8") from None
+    if not ks or ks[0] < 1 or ks[-1] > n:
+        raise UserError(f"--k {text!r} needs values between 1 and --n {n}; raise --n or drop the larger k")
+    return ks
+
+
+def _resolve(target: Path):
+    """(run directory or None, checkpoint directory, recipe)."""
+    import yaml
+
+    from tracerl.config import Recipe
+    from tracerl.store import RunDir
+
+    if (target / "store.sqlite").exists():
+        run = RunDir(target)
+        ckpt = run.latest_checkpoint()
+        if ckpt is None:
+            raise UserError(f"run {target} has no checkpoints/step_N; train it first or pass a checkpoint directory")
+        data = yaml.safe_load(run.config_path.read_text()) if run.config_path.exists() else {}
+        return run, ckpt, Recipe.model_validate(data or {})
+    if (target / "config.json").exists():
+        return None, target, Recipe()
+    raise UserError(f"{target} is neither a run directory (store.sqlite) nor a checkpoint (config.json)")
+
+
+def _policy_version(ckpt: Path) -> int:
+    """The checkpoint's policy version from its trainer_state.pt (0 when it has none)."""
+    if not (ckpt / "trainer_state.pt").exists():
+        return 0
+    import torch
+
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=False, map_location="cpu")
+    return int(state.get("policy_version", 0)) if isinstance(state, dict) else 0
+
+
+def run(args) -> int:
+    if args.n < 1:
+        raise UserError(f"--n {args.n} must be at least 1")
+    ks = _parse_ks(args.k, args.n)
+    target = Path(args.target)
+    if not target.is_dir():
+        raise UserError(f"{target} does not exist; pass a checkpoint directory or a run directory")
+    run_dir, ckpt, recipe = _resolve(target)
+    if run_dir is None and args.env is None:
+        raise UserError("a bare checkpoint needs --env NAME (`tracerl envs` lists them)")
+
+    from tracerl.envs import get_env
+    from tracerl.eval.aggregate import aggregate, samples_from_trajectories
+    from tracerl.eval.heldout import is_success, run_heldout
+    from tracerl.eval.protocol import Protocol, write_results
+    from tracerl.models import load_model_and_tokenizer, tokenizer_hashes
+    from tracerl.models.load import model_sha256
+    from tracerl.rollout import LoopBudgets, TorchEngine
+    from tracerl.tasks.task import tasks_sha256
+
+    spec = get_env(args.env or recipe.env.name)
+    seed = args.seed if args.seed is not None else recipe.run.seed + 7919
+    tasks = spec.generate("heldout", recipe.env.heldout_tasks, recipe.run.seed, tuple(recipe.env.heldout_difficulty))
+    tasks = tasks[: args.tasks or recipe.eval.tasks]
+    if not tasks:
+        raise UserError(f"environment {spec.name} generated no held-out tasks; raise env.heldout_tasks")
+    sampling = {"temperature": args.temperature if args.temperature is not None else recipe.eval.temperature,
+                "top_p": args.top_p if args.top_p is not None else recipe.eval.top_p, "top_k": 0}
+    budgets = LoopBudgets(recipe.env.max_turns, recipe.env.max_tokens, recipe.env.max_new_tokens)
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    model, tokenizer = load_model_and_tokenizer(ckpt)
+    hashes = tokenizer_hashes(tokenizer)
+    protocol = Protocol(checkpoint_sha256=model_sha256(model), env_name=spec.name, env_revision=spec.revision,
+                        verifier_revision=spec.revision, split=args.split, tasks_sha256=tasks_sha256(tasks),
+                        num_tasks=len(tasks), sampling=sampling, budgets={"max_turns": budgets.max_turns,
+                        "max_tokens": budgets.max_tokens, "max_new_tokens": budgets.max_new_tokens},
+                        n=args.n, ks=ks, seed=seed, **hashes)
+    res = run_heldout(TorchEngine(model, tokenizer), spec, tasks, samples=args.n, ks=ks, budgets=budgets,
+                      sampling=sampling, policy_version=_policy_version(ckpt), seed=seed, tokenizer_hashes=hashes)
+    per_task = samples_from_trajectories(res.trajectories, is_success)
+    results = aggregate(per_task, ks) | {"wall_s": res.wall_s}
+    out_root = Path(args.out) if args.out else (run_dir.path if run_dir else ckpt)
+    where = write_results(out_root, protocol, results, per_task)
+    if run_dir is not None:
+        step = int(ckpt.name.split("_")[1])
+        run_dir.store.add_trajectories(res.trajectories, stage=f"eval/{protocol.column}", step=step)
+        run_dir.log_metrics(protocol.metric_names(results), stage="eval", step=step)
+        run_dir.close()
+    print(f"{spec.name} held-out, {len(tasks)} tasks x {args.n} samples, checkpoint {ckpt}")
+    print(f"protocol column {protocol.column} (checkpoint {protocol.checkpoint_sha256[:12]}), "
+          f"temperature {sampling['temperature']}, top_p {sampling['top_p']}, budgets {protocol.budgets}")
+    for name, value in results.items():
+        print(f"  {name:<24} {value:.4f}")
+    print(f"wrote {where}")
+    return 0
