@@ -21,7 +21,7 @@ from tracerl.envs.grammar import parse_tagged
 from tracerl.tasks.task import Task
 
 NAME = "code_tests"
-REVISION = "1"
+REVISION = "code_tests-env-1"
 RUN_BUDGET = 3
 SYSTEM = ("Write the Python function. <run>code</run> tests it on the examples; "
           "submit with <answer>code</answer>.")

@@ -23,7 +23,7 @@ from tracerl.errors import UserError
 from tracerl.tasks.task import Task
 
 NAME = "reasoning_gym"
-REVISION = "1"
+REVISION = "reasoning_gym-env-1"
 SYSTEM = "Solve the problem. Give only the final answer as <answer>…</answer>."
 
 

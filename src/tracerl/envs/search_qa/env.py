@@ -20,7 +20,7 @@ from tracerl.envs.search_qa.kb import normalize, passages
 from tracerl.tasks.task import Task
 
 NAME = "search_qa"
-REVISION = "1"
+REVISION = "search_qa-env-1"
 TOP_K = 2
 SEARCH_BUDGET = 3
 SYSTEM = ("Answer the question. To search, write <search>words</search>; you get passages in "

@@ -27,7 +27,7 @@ from tracerl.envs.text_world.world import apply, candidate_actions, describe, is
 from tracerl.tasks.task import Task
 
 NAME = "text_world"
-REVISION = "1"
+REVISION = "text_world-env-1"
 SYSTEM = ("Take the coin. Each turn write one <action>…</action>: go <direction>, take <item>, "
           "open door, open chest, unlock door with <color> key.")
 

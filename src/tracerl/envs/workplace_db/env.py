@@ -20,7 +20,7 @@ from tracerl.envs.workplace_db import db
 from tracerl.tasks.task import Task
 
 NAME = "workplace_db"
-REVISION = "1"
+REVISION = "workplace_db-env-1"
 SYSTEM = ("You run the office database (employees: id name team; tickets: id topic owner status). "
           "Each turn write one <call>…</call>: find TABLE col=value, set TABLE id=N col=value, "
           "add TABLE col=value …, or done.")
