@@ -38,9 +38,12 @@ def test_engine_attempt_fn_counts_successes_per_task_and_skips_infra_failures(ti
     tasks = [make_task("right", "Ann has 42 apples. How many apples does Ann have?", answer="42"),
              make_task("wrong", "Bo has 7 pens. How many pens does Bo have?", answer="7"),
              make_task("crash", "CRASH Cy has 5 cards. How many cards?", answer="5")]
+    seen = []
     attempt = engine_attempt_fn(ScriptedEngine(tok), spec, budgets=LoopBudgets(2, 256, 16),
-                                sampling={"temperature": 1.0, "top_p": 1.0, "top_k": 0}, seed=0)
+                                sampling={"temperature": 1.0, "top_p": 1.0, "top_k": 0}, seed=0,
+                                on_trajectories=lambda trajs: seen.append([t.task_id for t in trajs]))
     prof = profile(tasks, attempt, n=3, batch_size=2)
+    assert seen == [["right"] * 3 + ["wrong"] * 3, ["crash"] * 3]
     got = {tid: (e.successes, e.attempts) for tid, e in prof.entries.items()}
     # 42 is right for "right" (3/3), wrong for "wrong" (0/3); "crash" ends in infra_failure: no attempts count
     assert got == {"right": (3, 3), "wrong": (0, 3), "crash": (0, 0)}

@@ -8,9 +8,11 @@ re-profiles between stages (`reprofile_stage`).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import torch
 
+from tracerl.contract import Trajectory
 from tracerl.envs.base import EnvSpec
 from tracerl.eval.heldout import is_success
 from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
@@ -19,11 +21,13 @@ from tracerl.tasks.task import Task
 
 
 def engine_attempt_fn(engine: TorchEngine, spec: EnvSpec, *, budgets: LoopBudgets, sampling: dict, seed: int,
-                      policy_version: int = 0, tokenizer_hashes: dict[str, str] | None = None) -> AttemptFn:
+                      policy_version: int = 0, tokenizer_hashes: dict[str, str] | None = None,
+                      on_trajectories: Callable[[list[Trajectory]], None] | None = None) -> AttemptFn:
     """attempt_fn(tasks, n) -> (successes, attempts) per task.
 
     An episode ending in `infra_failure` (sandbox crash, engine error) is neither a success nor a
     failure of the policy: it is left out of the attempts, so a pass rate only counts real tries.
+    `on_trajectories` receives every batch of episodes (to store them, or to count generated tokens).
     """
     gen = torch.Generator().manual_seed(seed)
     calls = itertools.count()
@@ -34,6 +38,8 @@ def engine_attempt_fn(engine: TorchEngine, spec: EnvSpec, *, budgets: LoopBudget
         trajs = run_episodes(engine, spec, batch, groups, budgets=budgets, sampling=sampling,
                              policy_version=policy_version, seed=seed * 100003 + next(calls) * 7919,
                              tokenizer_hashes=tokenizer_hashes, generator=gen)
+        if on_trajectories is not None:
+            on_trajectories(trajs)
         out = []
         for i in range(len(tasks)):
             chunk = [tr for tr in trajs[i * n:(i + 1) * n] if tr.trainable]
