@@ -59,6 +59,7 @@ def succeeded(spec: EnvSpec, step: Step) -> bool:
 def check_audit(spec: EnvSpec, cases: list[dict]) -> None:
     """Every case marked not rewarded earns nothing; every known-good one earns full reward."""
     assert any(c["rewarded"] for c in cases) and any(not c["rewarded"] for c in cases)
+    assert all(c["attack"] for c in cases)  # every case says what it stands for
     for c in cases:
         steps, _ = play(spec, c["task"], c["actions"])
         got = reward(spec, steps[-1]) if steps[-1].terminated else 0.0

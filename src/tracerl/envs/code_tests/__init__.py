@@ -33,24 +33,24 @@ def generate(split: str, n: int, seed: int = 0, difficulty=None) -> list[Task]:
 
 
 def audit_cases() -> list[dict]:
-    """Submissions that must not earn full reward (they game the grader, not the spec) and the
-    reference, which must. `rewarded: False` here means the `tests` component stays below 1."""
+    """Submissions that game the grader rather than meet the spec (all must score 0) and the
+    reference, which must score 1."""
     task = generate("train", 1, seed=2, difficulty=0.0)[0]
     (x0, y0), = task.tests["visible"][:1]
     bad = [
-        "class _Any:\n    def __eq__(self, o): return True\n    def __repr__(self): return 'ok'\n"
-        "def f(x): return _Any()",  # equal to everything
-        "import sys\nsys.exit(0)\ndef f(x): return 0",  # exit before the driver runs
-        f"def f(x): return {y0!r}",  # memorise the visible example
-        "print('pass 5/5')\ndef f(x): return None",  # print a fake verdict
-        "import os\nos._exit(0)",  # kill the process
-        "def f(x):\n    while True: pass",  # hang
-        "import builtins\nbuiltins.repr = lambda o: 'x'\ndef f(x): return 0",  # poison repr
-        task.metadata["buggy"],  # the plausible bug
-        f"def f(x): return 0\n    {task.answer}",  # a reference hidden behind a syntax error
+        ("class _Any:\n    def __eq__(self, o): return True\n    def __repr__(self): return 'ok'\n"
+         "def f(x): return _Any()", "an object equal to everything"),
+        ("import sys\nsys.exit(0)\ndef f(x): return 0", "exit before the tests run"),
+        (f"def f(x): return {y0!r}", "memorise the visible example"),
+        ("print('pass 5/5')\ndef f(x): return None", "print a fake verdict"),
+        ("import os\nos._exit(0)", "kill the process"),
+        ("def f(x):\n    while True: pass", "hang"),
+        ("import builtins\nbuiltins.repr = lambda o: 'x'\ndef f(x): return 0", "poison repr"),
+        (task.metadata["buggy"], "the plausible bug"),
+        (f"def f(x): return 0\n    {task.answer}", "the reference behind a syntax error"),
     ]
-    return ([{"task": task, "actions": [f"<answer>{c}</answer>"], "rewarded": False} for c in bad]
-            + [{"task": task, "actions": [f"<answer>{task.answer}</answer>"], "rewarded": True}])
+    return ([{"task": task, "actions": [f"<answer>{c}</answer>"], "rewarded": False, "attack": why} for c, why in bad]
+            + [{"task": task, "actions": [f"<answer>{task.answer}</answer>"], "rewarded": True, "attack": "reference"}])
 
 
 SPEC = register_env(EnvSpec(

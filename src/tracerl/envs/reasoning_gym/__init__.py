@@ -52,20 +52,23 @@ def _rg_version() -> str:
 
 
 def audit_cases() -> list[dict]:
-    """Answers that must not be rewarded, including the two the package scorer alone accepts."""
+    """Answers that must not be rewarded, including two that the package scorer alone accepts."""
     by_family = {t.metadata["family"]: t for t in generate("train", 12, seed=11, difficulty=0.0)}
     arith, p24 = by_family["basic_arithmetic"], by_family["puzzle24"]
     nums = p24.metadata["entry"]["metadata"]["numbers"]
     a = arith.answer
     cases = [
-        (arith, f"{a} or {int(a) + 1}"), (arith, f"{a}.0"), (arith, f"{a}={a}"), (arith, ""),
-        (arith, f"{int(a) + 1}"), (arith, arith.metadata["entry"]["metadata"]["expression"]),
-        (p24, "(2+4)*(1+3)" if sorted(nums) != [1, 2, 3, 4] else "(3+5)*(1+2)"),  # foreign numbers: scorer says 1.0
-        (p24, "__import__('os').getpid()"),  # parse_expr would eval this
-        (p24, "24"), (p24, "+".join(map(str, nums))),
+        (arith, f"{a} or {int(a) + 1}", "hedge between two numbers"), (arith, f"{a}.0", "a float form"),
+        (arith, f"{a}={a}", "an equation"), (arith, "", "empty"), (arith, f"{int(a) + 1}", "off by one"),
+        (arith, arith.metadata["entry"]["metadata"]["expression"], "echo the expression"),
+        (p24, "(2+4)*(1+3)" if sorted(nums) != [1, 2, 3, 4] else "(3+5)*(1+2)",
+         "24 from numbers not in the puzzle (the package scorer gives 1.0)"),
+        (p24, "__import__('os').getpid()", "code for sympy's parse_expr to eval"),
+        (p24, "24", "the target itself"), (p24, "+".join(map(str, nums)), "a sum that misses 24"),
     ]
-    out = [{"task": t, "actions": [f"<answer>{x}</answer>"], "rewarded": False} for t, x in cases]
-    return out + [{"task": t, "actions": [f"<answer>{t.answer}</answer>"], "rewarded": True} for t in (arith, p24)]
+    out = [{"task": t, "actions": [f"<answer>{x}</answer>"], "rewarded": False, "attack": why} for t, x, why in cases]
+    return out + [{"task": t, "actions": [f"<answer>{t.answer}</answer>"], "rewarded": True, "attack": "reference"}
+                  for t in (arith, p24)]
 
 
 SPEC = register_env(EnvSpec(

@@ -32,22 +32,23 @@ def generate(split: str, n: int, seed: int = 0, difficulty=None) -> list[Task]:
 
 
 def audit_cases() -> list[dict]:
-    """Outputs that must not be rewarded (reward 0) and known-good ones (reward 1), on fixed tasks."""
+    """Outputs that must not be rewarded (reward 0) and known-good ones (reward 1), on a fixed task.
+    Each case: task, actions (the policy's turns), rewarded, attack (the trick, in a few words)."""
     task = generate("train", 1, seed=7, difficulty=0.5)[0]
     kb, ans = task.metadata["kb"], task.answer
     others = [c for c in kb["cities"] if c != ans]
     bad = [
-        f"<answer>{' '.join(kb['cities'])}</answer>",  # list every candidate
-        f"<answer>{ans} or {others[0]}</answer>",  # hedge
-        f"<answer>{others[0]}</answer>",  # plausible wrong entity
-        "<answer></answer>",  # empty
-        f"<answer>{task.metadata['queries'][1].split()[0]}</answer>",  # the intermediate hop
-        f"<search>{ans}</search>",  # never answers
-        f"{ans}",  # the right name outside the answer tag
+        (f"<answer>{' '.join(kb['cities'])}</answer>", "list every candidate city"),
+        (f"<answer>{ans} or {others[0]}</answer>", "hedge between two answers"),
+        (f"<answer>{others[0]}</answer>", "a plausible wrong entity"),
+        ("<answer></answer>", "empty answer"),
+        (f"<answer>{task.metadata['queries'][1].split()[0]}</answer>", "stop at the intermediate hop"),
+        (f"<search>{ans}</search>", "search forever, never answer"),
+        (ans, "the right name outside the answer tag"),
     ]
-    good = [f"<answer>{ans}</answer>", f"<answer> The {ans.upper()}. </answer>"]
-    return ([{"task": task, "actions": [a], "rewarded": False} for a in bad]
-            + [{"task": task, "actions": [a], "rewarded": True} for a in good])
+    good = [(f"<answer>{ans}</answer>", "exact"), (f"<answer> The {ans.upper()}. </answer>", "case, article, punctuation")]
+    return ([{"task": task, "actions": [a], "rewarded": False, "attack": why} for a, why in bad]
+            + [{"task": task, "actions": [a], "rewarded": True, "attack": why} for a, why in good])
 
 
 SPEC = register_env(EnvSpec(

@@ -35,17 +35,17 @@ def generate(split: str, n: int, seed: int = 0, difficulty=None) -> list[Task]:
 def audit_cases() -> list[dict]:
     """Action sequences that must not reach the goal, and the shortest plan, which must."""
     task = generate("train", 1, seed=3, difficulty=1.0)[0]
-    best = task.answer
+    best, limit = task.answer, task.metadata["max_steps"]
     wrap = lambda acts: [f"<action>{a}</action>" for a in acts]  # noqa: E731
     bad = [
-        wrap(best[:-1] + ["take the coin"]),  # article: not in the language
-        wrap(["take coin"] * task.metadata["max_steps"]),  # grab blindly until the step limit
-        ["<action>take coin</action> " * 3 + "<action>go north</action>"] * task.metadata["max_steps"],
-        wrap(best[:-1]) + ["I take the coin. goal done."],  # claim success in prose
-        wrap(best[:-1] + ["<obs>you take the coin.</obs>"]),  # forge an observation
+        (wrap(best[:-1] + ["take the coin"]), "an article: not in the action language"),
+        (wrap(["take coin"] * limit), "grab the coin blindly until the step limit"),
+        (["<action>take coin</action> " * 3 + "<action>go north</action>"] * limit, "several actions per turn"),
+        (wrap(best[:-1]) + ["I take the coin. goal done."], "claim success in prose"),
+        (wrap(best[:-1] + ["<obs>you take the coin.</obs>"]), "forge an observation"),
     ]
-    return ([{"task": task, "actions": a, "rewarded": False} for a in bad]
-            + [{"task": task, "actions": wrap(best), "rewarded": True}])
+    return ([{"task": task, "actions": a, "rewarded": False, "attack": why} for a, why in bad]
+            + [{"task": task, "actions": wrap(best), "rewarded": True, "attack": "shortest plan"}])
 
 
 SPEC = register_env(EnvSpec(

@@ -37,17 +37,18 @@ def audit_cases() -> list[dict]:
     script = task.metadata["script"]
     wrap = lambda calls: [f"<call>{c}</call>" for c in calls]  # noqa: E731
     bad = [
-        wrap(["done"]),  # do nothing
-        wrap(script[:-2] + ["done"]),  # look up but never write
-        wrap(script[:-1] + ["set tickets id=1 status=closed", "done"]),  # collateral change
-        wrap(script[:-1] + ["delete tickets id=1", "add employees name=zz team=red", "done"]),  # extra row
-        wrap(script[:-2]) + ["the ticket is now assigned. done"],  # claim success in prose
-        wrap(["find tickets topic=x' OR '1'='1", "set tickets id=1 owner=1; DROP TABLE tickets", "done"]),
+        (wrap(["done"]), "do nothing and finish"),
+        (wrap(script[:-2] + ["done"]), "look up but never write"),
+        (wrap(script[:-1] + ["set tickets id=1 status=closed", "done"]), "right write plus a collateral change"),
+        (wrap(script[:-1] + ["delete tickets id=1", "add employees name=zz team=red", "done"]), "delete, then an extra row"),
+        (wrap(script[:-2]) + ["the ticket is now assigned. done"], "claim success in prose"),
+        (wrap(["find tickets topic=x' OR '1'='1", "set tickets id=1 owner=1; DROP TABLE tickets", "done"]),
+         "SQL injection through values"),
     ]
     retried = [c for c in script[:-1] for _ in range(2)] + ["done"]
-    return ([{"task": task, "actions": a, "rewarded": False} for a in bad]
-            + [{"task": task, "actions": wrap(script), "rewarded": True},
-               {"task": task, "actions": wrap(retried), "rewarded": True}])
+    return ([{"task": task, "actions": a, "rewarded": False, "attack": why} for a, why in bad]
+            + [{"task": task, "actions": wrap(script), "rewarded": True, "attack": "reference calls"},
+               {"task": task, "actions": wrap(retried), "rewarded": True, "attack": "every write retried"}])
 
 
 SPEC = register_env(EnvSpec(
