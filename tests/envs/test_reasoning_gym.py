@@ -105,3 +105,10 @@ def test_episode_replays_identically(kit):
     task = generate("train", 3, seed=0)[2]
     r1, r2 = (kit.run_expert(SPEC, task, random.Random(0)) for _ in range(2))
     assert r1[0] == r2[0] and r1[2] == r2[2]
+
+
+def test_puzzle24_guard_rejects_values_that_int_truncates_to_24():
+    entry = {"question": "", "answer": "", "metadata": {"numbers": [7, 7, 2, 1]}}
+    assert dataset("puzzle24", 2).score_answer(answer="7*7/2*1", entry=entry) == 1.0  # 49/2 -> int 24
+    correct, raw = score("puzzle24", 2, "7*7/2*1", entry)
+    assert correct == 0.0 and raw["guard"] == "evaluates to 49/2, not exactly 24"
