@@ -1,0 +1,98 @@
+"""The sympy worker: one JSON request per line on stdin, one JSON answer per line on stdout.
+
+Runs in its own process under an address-space limit; the host kills it when a check passes its
+deadline and starts another. Expressions arrive already validated by tracerl.verifiers.mathexpr
+and are rebuilt node by node from their AST, never with eval or sympify of raw text.
+"""
+
+import ast
+import json
+import sys
+
+import sympy
+
+SYMBOLS = {}
+CONSTANTS = {"pi": sympy.pi, "e": sympy.E, "i": sympy.I, "oo": sympy.oo}
+FUNCTIONS = {"sqrt": sympy.sqrt, "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan, "cot": sympy.cot,
+             "sec": sympy.sec, "csc": sympy.csc, "asin": sympy.asin, "acos": sympy.acos, "atan": sympy.atan,
+             "sinh": sympy.sinh, "cosh": sympy.cosh, "tanh": sympy.tanh, "log": sympy.log, "ln": sympy.log,
+             "exp": sympy.exp, "abs": sympy.Abs, "factorial": sympy.factorial, "binomial": sympy.binomial,
+             "gcd": sympy.gcd, "lcm": sympy.lcm, "floor": sympy.floor, "ceiling": sympy.ceiling}
+
+
+def build(node):
+    if isinstance(node, ast.Expression):
+        return build(node.body)
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, int):
+            return sympy.Integer(node.value)
+        return sympy.Rational(repr(node.value))  # '0.1' exactly, not the binary float
+    if isinstance(node, ast.Name):
+        if node.id in CONSTANTS:
+            return CONSTANTS[node.id]
+        return SYMBOLS.setdefault(node.id, sympy.Symbol(node.id))
+    if isinstance(node, ast.UnaryOp):
+        value = build(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp):
+        left, right = build(node.left), build(node.right)
+        op = type(node.op)
+        if op is ast.Add:
+            return left + right
+        if op is ast.Sub:
+            return left - right
+        if op is ast.Mult:
+            return left * right
+        if op is ast.Div:
+            return left / right
+        if op is ast.Pow:
+            return left ** right
+    if isinstance(node, ast.Call):
+        return FUNCTIONS[node.func.id](*[build(a) for a in node.args])
+    if isinstance(node, ast.Tuple):
+        return tuple(build(e) for e in node.elts)
+    raise ValueError(f"unexpected node {type(node).__name__}")
+
+
+def equal(a, b, tol):
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        if not (isinstance(a, tuple) and isinstance(b, tuple)) or len(a) != len(b):
+            return False, "different number of parts"
+        for x, y in zip(a, b):
+            ok, why = equal(x, y, tol)
+            if not ok:
+                return False, why
+        return True, ""
+    if a.has(sympy.zoo, sympy.nan) or b.has(sympy.zoo, sympy.nan):
+        return False, "undefined value (division by zero or nan)"
+    diff = a - b
+    if not diff.free_symbols:
+        value = sympy.N(diff, 30)
+        if value.is_number and value.is_finite is not False:
+            scale = 1
+            if not b.free_symbols and b.is_finite is not False:
+                scale = max(1, abs(sympy.N(b, 30)))
+            close = abs(value) <= tol * scale
+            return bool(close), "" if close else f"numerically different by {sympy.N(value, 6)}"
+        return bool(sympy.simplify(diff) == 0), "compared symbolically"
+    if sympy.expand(diff) == 0 or sympy.simplify(diff) == 0:
+        return True, ""
+    return False, "symbolically different"
+
+
+def main():
+    sys.setrecursionlimit(10000)
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            ok, why = equal(build(ast.parse(req["a"], mode="eval")), build(ast.parse(req["b"], mode="eval")),
+                            req.get("tol", 1e-9))
+            answer = {"equal": ok, "reason": why}
+        except Exception as exc:  # noqa: BLE001 - any failure is a non-match, with its reason
+            answer = {"equal": False, "reason": f"{type(exc).__name__}: {exc}"[:300]}
+        print(json.dumps(answer), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Symbolic math equivalence: exact fast paths first, then sympy in killable, memory-capped workers.
+
+Order of checks for `equivalent(answer, reference)`:
+  1. both plain numbers (integers, decimals, fractions, \\frac{a}{b}, percentages): exact rational
+     comparison with a relative tolerance, in this process (microseconds);
+  2. identical after normalization;
+  3. both parsed and validated by `mathexpr` (no eval; power towers, huge exponents and the like
+     refused in microseconds), then sent to a persistent sympy worker with a deadline. A worker
+     that misses the deadline is SIGKILLed and replaced; the check counts as not equivalent,
+     with the reason "deadline". Workers run under RLIMIT_AS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from tracerl.verifiers.answers import normalize_text, parse_number
+from tracerl.verifiers.base import AuditCase, VerifierResult, rejected, task_field, text_of
+from tracerl.verifiers.extract import extract_answer
+from tracerl.verifiers.mathexpr import ExprError, to_python
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    equal: bool
+    reason: str
+    path: str
+    """Which check decided: 'number', 'text', 'sympy', 'refused', 'deadline'."""
+
+
+class _Worker:
+    def __init__(self, python: str, memory_bytes: int, start_timeout_s: float = 60.0) -> None:
+        source = resources.files("tracerl.verifiers").joinpath("_math_worker.py").read_text()
+        boot = (f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({memory_bytes}, {memory_bytes})); "
+                f"resource.setrlimit(resource.RLIMIT_CORE, (0, 0)); import sys; src = sys.stdin.readline(); "
+                f"exec(compile(__import__('json').loads(src), 'tracerl-math-worker', 'exec'))")
+        self.proc = subprocess.Popen([python, "-I", "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, start_new_session=True, text=True,
+                                     env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, close_fds=True)
+        self.proc.stdin.write(json.dumps(source) + "\n")
+        self.proc.stdin.flush()
+        hello = self._read(start_timeout_s)
+        if hello is None or not json.loads(hello).get("ready"):
+            self.kill()
+            raise RuntimeError("the sympy worker did not start (is sympy installed?)")
+
+    def _read(self, timeout_s: float) -> str | None:
+        ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, timeout_s))
+        if not ready:
+            return None
+        line = self.proc.stdout.readline()
+        return line or None
+
+    def ask(self, request: dict, timeout_s: float) -> dict | None:
+        """The answer, or None when the deadline passed or the worker died (then it is dead)."""
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return None
+        line = self._read(timeout_s)
+        return json.loads(line) if line else None
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+class MathEquivalence:
+    """Reward 1 when the `<answer>` is mathematically equal to the task's `answer`."""
+
+    name, revision = "math_equivalence", "1"
+    components, primary = ("correct", "format"), "correct"
+
+    def __init__(self, *, timeout_s: float = 2.0, workers: int = 1, memory_bytes: int = 1 << 30,
+                 rel_tol: float = 1e-9, python: str | None = None) -> None:
+        self.timeout_s, self.n_workers, self.memory_bytes = timeout_s, workers, memory_bytes
+        self.rel_tol, self.python = rel_tol, python or sys.executable
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._lock = threading.Lock()
+        self._started = False
+        self._closed = False
+        self.stats = {"number": 0, "text": 0, "sympy": 0, "refused": 0, "deadline": 0, "restarts": 0}
+
+    def _ensure_started(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        for _ in range(self.n_workers):
+            self._idle.put(_Worker(self.python, self.memory_bytes))
+
+    def _replace(self) -> None:
+        self.stats["restarts"] += 1
+
+        def start() -> None:
+            if not self._closed:
+                self._idle.put(_Worker(self.python, self.memory_bytes))
+
+        threading.Thread(target=start, name="tracerl-math-worker-restart", daemon=True).start()
+
+    def equivalent(self, answer: str, reference: str) -> bool:
+        return self.check(answer, reference).equal
+
+    def check(self, answer: str, reference: str) -> Equivalence:
+        a_num, _ = parse_number(answer)
+        b_num, _ = parse_number(reference)
+        if a_num is not None and b_num is not None:
+            self.stats["number"] += 1
+            close = abs(a_num - b_num) <= self.rel_tol * max(1, abs(b_num))
+            return Equivalence(bool(close), "" if close else "different numbers", "number")
+        if normalize_text(answer) == normalize_text(reference):
+            self.stats["text"] += 1
+            return Equivalence(True, "", "text")
+        try:
+            a_expr = to_python(answer)
+        except ExprError as exc:
+            self.stats["refused"] += 1
+            return Equivalence(False, f"answer refused: {exc}", "refused")
+        try:
+            b_expr = to_python(reference)
+        except ExprError as exc:
+            raise ValueError(f"reference answer {reference!r} cannot be checked: {exc}") from None
+        return self._ask({"a": a_expr, "b": b_expr, "tol": self.rel_tol})
+
+    def _ask(self, request: dict) -> Equivalence:
+        self._ensure_started()
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            worker = self._idle.get(timeout=self.timeout_s)
+        except queue.Empty:
+            self.stats["deadline"] += 1
+            return Equivalence(False, f"no sympy worker free within the {self.timeout_s:g} s deadline", "deadline")
+        answer = worker.ask(request, deadline - time.monotonic())
+        if answer is None:
+            worker.kill()
+            self._replace()
+            self.stats["deadline"] += 1
+            return Equivalence(False, f"sympy missed the {self.timeout_s:g} s deadline (worker killed)", "deadline")
+        self._idle.put(worker)
+        self.stats["sympy"] += 1
+        return Equivalence(bool(answer["equal"]), answer.get("reason", ""), "sympy")
+
+    def verify(self, task: Any, trajectory: Any) -> VerifierResult:
+        got = extract_answer(text_of(trajectory))
+        if not got.ok:
+            return rejected(self.components, got.reason)
+        result = self.check(got.value, str(task_field(task, "answer")))
+        return VerifierResult({"correct": float(result.equal), "format": 1.0},
+                              {"answer": got.value, "path": result.path, "reason": result.reason})
+
+    def close(self) -> None:
+        self._closed = True
+        while True:
+            try:
+                self._idle.get_nowait().kill()
+            except queue.Empty:
+                break
+
+    def __enter__(self) -> MathEquivalence:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def audit_cases(self) -> list[AuditCase]:
+        half, poly = {"answer": "\\frac{1}{2}"}, {"answer": "2x + 2"}
+        return [
+            AuditCase("good-decimal", half, "<answer>0.5</answer>", True),
+            AuditCase("good-latex", half, "<answer>$\\dfrac{2}{4}$</answer>", True),
+            AuditCase("good-symbolic", poly, "<answer>2(x+1)</answer>", True),
+            AuditCase("good-radical", {"answer": "2\\sqrt{2}"}, "<answer>\\sqrt{8}</answer>", True),
+            AuditCase("good-pi", {"answer": "\\pi/2"}, "<answer>\\frac{\\pi}{2}</answer>", True),
+            AuditCase("power-tower", half, "<answer>9^{9^{9^{9}}}</answer>", False, "power tower to hang the checker"),
+            AuditCase("huge-exponent", half, "<answer>2^{100000000}</answer>", False, "huge exponent"),
+            AuditCase("huge-factorial", half, "<answer>factorial(10^6)</answer>", False, "huge factorial"),
+            AuditCase("nan", half, "<answer>nan</answer>", False, "NaN as the answer"),
+            AuditCase("infinity", half, "<answer>\\infty</answer>", False, "infinity as the answer"),
+            AuditCase("zero-over-zero", half, "<answer>0/0</answer>", False, "undefined value"),
+            AuditCase("close-not-equal", {"answer": "1/3"}, "<answer>0.333333</answer>", False, "rounded decimal"),
+            AuditCase("free-symbol", half, "<answer>x</answer>", False, "a bare variable"),
+            AuditCase("code", half, "<answer>__import__('os').system('id')</answer>", False, "code injection"),
+            AuditCase("hedge", half, "<answer>0.5</answer> or <answer>1</answer>", False, "two answers"),
+            AuditCase("outside-tags", half, "The answer is 1/2.", False, "answer outside the tags"),
+        ]
