@@ -28,8 +28,8 @@ def overlong_penalty(lengths_B: torch.Tensor, *, max_len: int, cache_len: int) -
 
 def _centred_shortness(lengths_B: torch.Tensor, idx: torch.Tensor, n: int) -> torch.Tensor:
     """(group mean − length) / (group max − group min): > 0 for shorter than average, sums to 0 per group."""
-    hi = torch.full((n,), float("-inf"), dtype=lengths_B.dtype).scatter_reduce(0, idx, lengths_B, "amax")
-    lo = torch.full((n,), float("inf"), dtype=lengths_B.dtype).scatter_reduce(0, idx, lengths_B, "amin")
+    hi = torch.full((n,), float("-inf"), dtype=lengths_B.dtype, device=lengths_B.device).scatter_reduce(0, idx, lengths_B, "amax")
+    lo = torch.full((n,), float("inf"), dtype=lengths_B.dtype, device=lengths_B.device).scatter_reduce(0, idx, lengths_B, "amin")
     spread = (hi - lo)[idx]
     w = (segment_mean(lengths_B, idx, n)[idx] - lengths_B) / spread.clamp_min(1e-12)
     return torch.where(segment_all_equal(lengths_B, idx, n)[idx], torch.zeros_like(w), w)
@@ -59,14 +59,14 @@ def length_bonus(
     for shortest responses above the 80th quality percentile.
     """
     rewards = torch.as_tensor(rewards_B).to(torch.get_default_dtype())
-    think = torch.as_tensor(think_lengths_B).to(rewards.dtype)
-    answer = torch.as_tensor(answer_lengths_B).to(rewards.dtype)
-    idx, n = group_index(group_ids_B)
+    think = torch.as_tensor(think_lengths_B).to(rewards.device, rewards.dtype)
+    answer = torch.as_tensor(answer_lengths_B).to(rewards.device, rewards.dtype)
+    idx, n = group_index(group_ids_B, rewards.device)
     w_think, w_answer = _centred_shortness(think, idx, n), _centred_shortness(answer, idx, n)
     out = rewards + lam_think * w_think + lam_answer * w_answer
     bonus = torch.zeros_like(rewards)
     if quality_B is not None:
-        quality = torch.as_tensor(quality_B).to(rewards.dtype)
+        quality = torch.as_tensor(quality_B).to(rewards.device, rewards.dtype)
         total = think + answer
         for g in range(n):
             members = (idx == g).nonzero().flatten()
@@ -86,6 +86,7 @@ def checkpoint_reward(achieved_BK: torch.Tensor, weights_K: Sequence[float] | to
     if weights.dim() != 1 or not torch.isfinite(weights).all() or (weights < 0).any():
         raise ValueError(f"checkpoint weights must be a 1-D list of finite non-negative numbers, got {weights_K!r}")
     achieved = torch.as_tensor(achieved_BK)
+    weights = weights.to(achieved.device)
     if achieved.shape[-1] != weights.numel():
         raise ValueError(f"{achieved.shape[-1]} checks per trajectory but {weights.numel()} weights")
     return (achieved > 0).to(weights.dtype) @ weights

@@ -73,8 +73,8 @@ def resample_on_correct(
     inverse-penalty weighting; `smoothing` keeps a zero penalty from taking all the mass.
     The retained sample is deliberately not an unbiased draw from the behaviour policy.
     """
-    correct = torch.as_tensor(correct_B).bool()
-    penalties = as_float(penalties_B)
+    correct = torch.as_tensor(correct_B).bool().cpu()  # bookkeeping: indices and a CPU generator
+    penalties = as_float(penalties_B).cpu()
     idx, n = group_index(group_ids_B)
     kept: list[int] = []
     short_groups = 0

@@ -32,7 +32,7 @@ def _gae(rewards_BT, values_BT, mask_BT, gamma, lam, bootstrap_values_B, truncat
     next_value = torch.zeros(B, dtype=v.dtype, device=v.device)
     if bootstrap_values_B is not None:
         trunc = torch.ones(B, dtype=torch.bool, device=v.device) if truncated_B is None else truncated_B.bool()
-        next_value = torch.where(trunc, bootstrap_values_B.to(v.dtype), next_value)
+        next_value = torch.where(trunc.to(v.device), bootstrap_values_B.to(v.device, v.dtype), next_value)
     lam_B = torch.as_tensor(lam, dtype=v.dtype, device=v.device).expand(B)
     next_adv = torch.zeros_like(next_value)
     adv = torch.zeros_like(v)
