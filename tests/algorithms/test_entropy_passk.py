@@ -66,6 +66,12 @@ def test_pass_at_k_by_hand():
     for bad in ((5, 6, 1), (5, 1, 6), (0, 0, 1), (5, 1, 0)):
         with pytest.raises(ValueError):
             pass_at_k(*bad)
+    # integer-likes from numpy / torch counts are accepted; a fractional count is not
+    import numpy as np
+
+    assert pass_at_k(np.int64(10), torch.tensor(3), 1) == pytest.approx(0.3)
+    with pytest.raises(TypeError):
+        pass_at_k(10, 2.5, 1)
 
 
 @settings(max_examples=80, deadline=None)

@@ -10,6 +10,8 @@ drawn without replacement from the n is correct.
 
 from __future__ import annotations
 
+import operator
+
 from tracerl.algorithms.registry import register
 
 
@@ -17,8 +19,10 @@ from tracerl.algorithms.registry import register
           source="Chen et al. 2021 (Codex), eq. 1")
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Probability that at least one of k of the n samples is correct, given c correct."""
-    if not (isinstance(n, int) and isinstance(c, int) and isinstance(k, int)):
-        raise TypeError(f"pass_at_k takes integers, got n={n!r}, c={c!r}, k={k!r}")
+    try:  # any integer-like (int, numpy or 0-d torch integer); floats such as 2.5 are refused
+        n, c, k = operator.index(n), operator.index(c), operator.index(k)
+    except TypeError:
+        raise TypeError(f"pass_at_k takes integers, got n={n!r}, c={c!r}, k={k!r}") from None
     if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"pass_at_k needs n >= 1, 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
     if n - c < k:
