@@ -32,7 +32,7 @@ def test_report_contains_every_plot_and_no_network(run_path, capsys):
         assert f'src="{fig.file}"' in page
     # self-contained: no external scripts, styles, fonts or images
     assert not re.search(r"(src|href)=\"(https?:)?//", page) and "<script" not in page
-    assert "gate entropy_floor" in page and "config_sha256" in page
+    assert "gate entropy_floor" in page and "config_sha256" in page and "<details>" in page
     # every panel in this run has data except none: no figure is flagged as unrecorded
     assert "not recorded in this run" not in page
     # held-out numbers carry their protocol column in the metric name and in the stored-evaluation table

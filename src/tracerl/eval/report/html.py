@@ -22,7 +22,10 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}.fig{margin:14px 0}.fi
 .cols{columns:2;column-gap:24px}
 """
 
-MANIFEST_KEYS = 60  # the summary shows at most this many flattened manifest entries
+SUMMARY_KEYS = ("code.commit", "code.dirty", "config_sha256", "model.path", "env.name", "env.revision",
+                "verifier.name", "verifier.revision", "tokenizer.tokenizer_sha256", "tokenizer.chat_template_sha256",
+                "tasks.train_sha256", "tasks.heldout_sha256", "truncation_policy", "seeds.run", "packages.tracerl",
+                "packages.torch", "hardware.platform", "hardware.cuda")
 
 
 def _flatten(d: Any, prefix: str = "") -> list[tuple[str, str]]:
@@ -72,12 +75,11 @@ def build_report(run_dir: str | Path) -> Path:
     if gates:
         parts.append("<h2>Gate tripped</h2>" + _table(
             ["stage", "step", "message"], [[e["stage"], e["step"], e["message"]] for e in gates], "gate"))
-    parts.append("<h2>Manifest</h2>")
-    if manifest:
-        flat = _flatten(manifest)
-        parts.append(_table(["key", "value"], [list(r) for r in flat[:MANIFEST_KEYS]]))
-        if len(flat) > MANIFEST_KEYS:
-            parts.append(f'<div class="sub">{len(flat) - MANIFEST_KEYS} more entries in manifest.json</div>')
+    flat = _flatten(manifest)
+    parts.append("<h2>Manifest summary</h2>")
+    if flat:
+        chosen = [r for r in flat if r[0] in SUMMARY_KEYS] or flat[:12]
+        parts.append(_table(["key", "value"], [list(r) for r in chosen]))
     else:
         parts.append('<p class="missing">manifest.json not recorded</p>')
     parts.append("<h2>Plots</h2>")
@@ -95,9 +97,12 @@ def build_report(run_dir: str | Path) -> Path:
     if events:
         parts.append("<h2>Events</h2>" + _table(
             ["kind", "stage", "step", "message"], [[e["kind"], e["stage"], e["step"], e["message"]] for e in events[-200:]]))
-    parts.append("<h2>Last value of every metric</h2>")
-    parts.append('<div class="cols">' + _table(["stage", "metric", "step", "value"],
-                                               [list(r) for r in last_values(series)]) + "</div>")
+    parts.append("<h2>Last value of every metric</h2><details><summary>show table</summary>"
+                 + '<div class="cols">' + _table(["stage", "metric", "step", "value"], [list(r) for r in last_values(series)])
+                 + "</div></details>")
+    if flat:
+        parts.append(f"<h2>Full manifest</h2><details><summary>{len(flat)} entries</summary>"
+                     + _table(["key", "value"], [list(r) for r in flat]) + "</details>")
     page = ("<!doctype html><html><head><meta charset='utf-8'><title>tracerl report — "
             f"{html.escape(run_path.name)}</title><style>{CSS}</style></head><body>"
             + "\n".join(parts) + "</body></html>")

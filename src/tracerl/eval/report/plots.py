@@ -73,7 +73,7 @@ def _draw_panel(ax, panel: Panel, series: Series) -> bool:
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
     if not chosen:
-        ax.text(0.5, 0.5, "not recorded\n" + ", ".join(panel.patterns), ha="center", va="center",
+        ax.text(0.5, 0.5, "not recorded\n" + "\n".join(panel.patterns), ha="center", va="center",
                 transform=ax.transAxes, color="#888", fontsize=9, wrap=True)
         ax.set_xticks([])
         ax.set_yticks([])
