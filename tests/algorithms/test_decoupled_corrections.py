@@ -97,3 +97,13 @@ def test_ess_is_between_one_and_n(log_w):
     w = torch.tensor([log_w], dtype=D).exp()
     out = effective_sample_size(w, torch.ones_like(w))
     assert 1 - 1e-6 <= out["ess"].item() <= len(log_w) + 1e-4
+
+
+def test_decoupled_ppo_with_tis_weights():
+    # behaviour = prox (c = 1), θ = prox, A = 1 on two tokens; rollout engine disagreed on token 1 by ×3
+    # TIS cap 2 → weights [1, 2]; surrogate = w·r·A = [1, 2] → loss = −3/2
+    prox = torch.tensor([[-1.0, -2.0]], dtype=D)
+    w, _ = tis(prox, prox - torch.tensor([[0.0, math.log(3)]], dtype=D), torch.ones(1, 2), cap=2.0)
+    loss, _ = decoupled_ppo(prox.clone(), prox, prox, torch.tensor([1.0], dtype=D), torch.ones(1, 2),
+                            clip_low=0.2, clip_high=0.2, weights_BT=w)
+    assert loss.item() == pytest.approx(-1.5)
