@@ -11,7 +11,7 @@ def test_envs_json_lists_every_environment_with_its_fields(capsys):
     assert SUITE <= set(rows)
     tw = rows["text_world"]
     assert tw["revision"] == "text_world-env-1" and tw["tools"] == ["action"]
-    assert tw["reward_components"] == {"goal": 1.0, "invalid_actions": -0.1}
+    assert tw["reward_components"] == {"success": 1.0, "invalid_actions": -0.1}
     assert tw["difficulty_range"] == [0.0, 1.0]
     for name in SUITE:
         assert set(rows[name]) >= {"name", "revision", "tools", "reward_components", "difficulty_range"}

@@ -36,7 +36,7 @@ def test_expert_without_errors_follows_the_shortest_plan(kit):
         actions, steps, _ = kit.run_expert(SPEC, task, random.Random(0), error_rate=0.0)
         assert [a[len("<action>"):-len("</action>")] for a in actions] == task.answer
         assert steps[-1].terminal_reason == TerminalReason.ENV_SUCCESS
-        assert steps[-1].reward_components == {"goal": 1.0, "invalid_actions": 0.0}
+        assert steps[-1].reward_components == {"success": 1.0, "invalid_actions": 0.0}
 
 
 def test_expert_success_matches_the_slip_model(kit):
@@ -67,7 +67,7 @@ def test_invalid_actions_are_penalised_and_counted(kit):
     steps, _ = kit.play(SPEC, task, bad[:2])
     assert all(s.info["invalid_action"] and s.observation.startswith("<error>invalid_action") for s in steps)
     steps, _ = kit.play(SPEC, task, bad[1:2] + [f"<action>{a}</action>" for a in task.answer])
-    assert steps[-1].reward_components == {"goal": 1.0, "invalid_actions": 1.0}
+    assert steps[-1].reward_components == {"success": 1.0, "invalid_actions": 1.0}
     assert kit.reward(SPEC, steps[-1]) == pytest.approx(0.9)  # 1 - 0.1 * 1
 
 
@@ -76,7 +76,7 @@ def test_step_limit_ends_in_env_failure(kit):
     limit = task.metadata["max_steps"]
     steps, env = kit.play(SPEC, task, ["<action>go nowhere</action>"] * (limit + 3))
     assert len(steps) == limit and steps[-1].terminal_reason == TerminalReason.ENV_FAILURE
-    assert steps[-1].reward_components == {"goal": 0.0, "invalid_actions": float(limit)}
+    assert steps[-1].reward_components == {"success": 0.0, "invalid_actions": float(limit)}
     assert env.step("<action>go west</action>").info["invalid_action"]  # nothing after the end
 
 

@@ -51,7 +51,7 @@ def audit_cases() -> list[dict]:
 SPEC = register_env(EnvSpec(
     name=NAME, revision=REVISION, make=TextWorldEnv, generate=generate,
     expert=make_expert(EXPERT_ERROR_RATE),
-    reward_weights={"goal": 1.0, "invalid_actions": -0.1},
+    reward_weights={"success": 1.0, "invalid_actions": -0.1},
     stop_strings=("</action>",),
     special_tokens=("<action>", "</action>", "<obs>", "</obs>", "<error>", "</error>"),
     tools=("action",),

@@ -5,7 +5,7 @@ Grammar: one `<action>…</action>` per turn, from a small language: `go north|s
 the language or fails in the current state (a wall, a locked door, an absent item) is an invalid
 action: the state is unchanged, the observation is `<error>invalid_action: …</error>`, and it counts
 toward the `invalid_actions` component (weight −0.1, the GiGPO setting). Taking the coin ends the
-episode as `env_success` (goal 1); running out of the task's step limit ends it as `env_failure`.
+episode as `env_success` (`success` 1); running out of the task's step limit ends it as `env_failure`.
 
 `state_hash()` covers the hidden state only (position, doors, chests, floor, inventory) and not the
 step count, so the same world state reached by different trajectories of a group hashes equal: the
@@ -64,7 +64,7 @@ class TextWorldEnv:
         else:
             self._state = nxt
             obs = f"<obs>{msg}</obs>\n"
-        info = {"invalid_action": invalid, "steps": self._steps}
+        info = {"invalid_action": invalid, "steps": self._steps, "tool": None if action.kind == "invalid" else "action"}
         if is_goal(self._state):
             self._done = True
             return Step(obs, True, TerminalReason.ENV_SUCCESS, self._components(1.0), info)
@@ -74,7 +74,7 @@ class TextWorldEnv:
         return Step(obs, info=info)
 
     def _components(self, goal: float) -> dict[str, float]:
-        return {"goal": goal, "invalid_actions": float(self._invalid)}
+        return {"success": goal, "invalid_actions": float(self._invalid)}
 
     def state_hash(self) -> str:
         payload = {"task": self._task.id if self._task else None, "state": getattr(self, "_state", None)}

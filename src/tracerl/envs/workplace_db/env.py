@@ -78,9 +78,9 @@ class WorkplaceDBEnv:
         return db.digest(self._conn) if self._conn is not None else ""
 
 
-def _error(kind: str, why: str) -> Step:
+def _error(kind: str, why: str, tool: str | None = None) -> Step:
     return Step(f"<error>{kind}: {why}</error>\n",
-                info={"invalid_action": True, "blocked_action": kind == "blocked_action"})
+                info={"invalid_action": True, "blocked_action": kind == "blocked_action", "tool": tool})
 
 
 def make_expert(error_rate: float = 0.2) -> Callable[[Task, list[str], random.Random], str]:
