@@ -56,6 +56,9 @@ def test_kl_ess_truncation_audit_and_extra_limits():
     healthy = {"policy/approx_kl": 0.1, "is/ess_frac": 0.5, "rollout/truncation_rate": 0.3,
                "verifier/audit_failures": 0, "tool/error_rate": 0.5}
     assert GateMonitor(cfg).update(7, healthy) is None  # limits are inclusive
+    # the ESS gate also reads an importance correction's own ESS stat, passed through as policy/ess_frac
+    trip = GateMonitor(cfg).update(8, {"policy/ess_frac": 0.25})
+    assert trip.gate == "ess_frac_floor" and "policy/ess_frac = 0.25" in trip.reason
 
 
 def test_unknown_gate_key_is_rejected():

@@ -42,9 +42,9 @@ class GatesConfig(BaseModel):
     kl_max: float | None = Field(
         None, description="Trip when the approximate KL to the behavior policy ('policy/approx_kl') exceeds this.")
     kl_ref_max: float | None = Field(
-        None, description="Trip when the KL to the reference policy ('policy/kl_ref') exceeds this.")
+        None, description="Trip when the KL to the reference policy ('policy/kl_ref', else 'policy/kl_k3') exceeds this.")
     ess_frac_floor: float | None = Field(
-        None, description="Trip when the importance-weight ESS fraction ('is/ess_frac') falls below this.")
+        None, description="Trip when the importance-weight ESS fraction ('is/ess_frac', else 'policy/ess_frac') falls below this.")
     truncation_rate_max: float | None = Field(
         None, description="Trip when the fraction of truncated episodes ('rollout/truncation_rate') exceeds this.")
     audit_failures_max: float | None = Field(
@@ -82,24 +82,25 @@ class GateTripped(Exception):
 @dataclasses.dataclass(frozen=True)
 class _Rule:
     gate: str
-    metric: str
+    metric: tuple[str, ...]  # the first name present in a step's metrics is checked
     bound: Literal["min", "max"]
     limit: float
     patience: int
 
 
 def _rules(cfg: GatesConfig) -> list[_Rule]:
-    named = [("entropy_floor", "policy/entropy", "min", cfg.entropy_floor, cfg.entropy_patience),
-             ("kl_max", "policy/approx_kl", "max", cfg.kl_max, cfg.patience),
-             ("kl_ref_max", "policy/kl_ref", "max", cfg.kl_ref_max, cfg.patience),
-             ("ess_frac_floor", "is/ess_frac", "min", cfg.ess_frac_floor, cfg.patience),
-             ("truncation_rate_max", "rollout/truncation_rate", "max", cfg.truncation_rate_max, cfg.patience),
-             ("audit_failures_max", "verifier/audit_failures", "max", cfg.audit_failures_max, cfg.patience)]
+    named = [("entropy_floor", ("policy/entropy",), "min", cfg.entropy_floor, cfg.entropy_patience),
+             ("kl_max", ("policy/approx_kl",), "max", cfg.kl_max, cfg.patience),
+             ("kl_ref_max", ("policy/kl_ref", "policy/kl_k3"), "max", cfg.kl_ref_max, cfg.patience),
+             # recomputed from log-probs (telemetry) or reported by an importance correction (algorithms)
+             ("ess_frac_floor", ("is/ess_frac", "policy/ess_frac"), "min", cfg.ess_frac_floor, cfg.patience),
+             ("truncation_rate_max", ("rollout/truncation_rate",), "max", cfg.truncation_rate_max, cfg.patience),
+             ("audit_failures_max", ("verifier/audit_failures",), "max", cfg.audit_failures_max, cfg.patience)]
     rules = [_Rule(g, m, b, float(v), p) for g, m, b, v, p in named if v is not None]
     for lim in cfg.extra:
         for bound in ("min", "max"):
             if getattr(lim, bound) is not None:
-                rules.append(_Rule(f"{lim.metric}:{bound}", lim.metric, bound, float(getattr(lim, bound)), lim.patience))
+                rules.append(_Rule(f"{lim.metric}:{bound}", (lim.metric,), bound, float(getattr(lim, bound)), lim.patience))
     return rules
 
 
@@ -118,7 +119,8 @@ class GateMonitor:
     def update(self, step: int, metrics: dict[str, float]) -> GateTrip | None:
         trip = None
         for rule in self.rules:
-            value = metrics.get(rule.metric)
+            name = next((m for m in rule.metric if metrics.get(m) is not None), rule.metric[0])
+            value = metrics.get(name)
             if value is None or math.isnan(float(value)):
                 continue
             value = float(value)
@@ -127,7 +129,7 @@ class GateMonitor:
             if trip is None and self.streaks[rule.gate] >= rule.patience:
                 side = "below the floor" if rule.bound == "min" else "above the limit"
                 trip = GateTrip(rule.gate, step, value, rule.limit,
-                                f"gate {rule.gate}: {rule.metric} = {value:.6g} {side} {rule.limit:g} "
+                                f"gate {rule.gate}: {name} = {value:.6g} {side} {rule.limit:g} "
                                 f"for {self.streaks[rule.gate]} consecutive step(s) (patience {rule.patience}) at step {step}")
         return trip
 
