@@ -65,6 +65,8 @@ def equal(a, b, tol):
         return True, ""
     if a.has(sympy.zoo, sympy.nan) or b.has(sympy.zoo, sympy.nan):
         return False, "undefined value (division by zero or nan)"
+    if a.has(sympy.oo) != b.has(sympy.oo):
+        return False, "infinite on one side only"
     diff = a - b
     if not diff.free_symbols:
         value = sympy.N(diff, 30)

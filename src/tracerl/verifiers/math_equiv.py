@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -72,11 +71,15 @@ class _Worker:
         line = self._read(timeout_s)
         return json.loads(line) if line else None
 
-    def kill(self) -> None:
+    def kill(self, wait: bool = True) -> None:
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except OSError:
             pass
+        if wait:
+            self.reap()
+
+    def reap(self) -> None:
         self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
@@ -91,9 +94,13 @@ class MathEquivalence:
     name, revision = "math_equivalence", "1"
     components, primary = ("correct", "format"), "correct"
 
-    def __init__(self, *, timeout_s: float = 2.0, workers: int = 1, memory_bytes: int = 1 << 30,
-                 rel_tol: float = 1e-9, python: str | None = None) -> None:
-        self.timeout_s, self.n_workers, self.memory_bytes = timeout_s, workers, memory_bytes
+    def __init__(self, *, timeout_s: float = 2.0, workers: int = 1, spares: int = 1, memory_bytes: int = 1 << 30,
+                 rel_tol: float = 1e-9, python: str | None = None, wait_s: float = 60.0) -> None:
+        """`workers` serve checks; `spares` more stand by so a killed worker is replaced at once.
+        `timeout_s` is each check's deadline inside sympy; `wait_s` bounds the wait for a free
+        worker (only long when every worker was just killed and is restarting)."""
+        self.timeout_s, self.n_workers, self.memory_bytes = timeout_s, workers + spares, memory_bytes
+        self.wait_s = wait_s
         self.rel_tol, self.python = rel_tol, python or sys.executable
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._lock = threading.Lock()
@@ -106,13 +113,18 @@ class MathEquivalence:
             if self._started:
                 return
             self._started = True
-        for _ in range(self.n_workers):
-            self._idle.put(_Worker(self.python, self.memory_bytes))
+        starters = [threading.Thread(target=lambda: self._idle.put(_Worker(self.python, self.memory_bytes)))
+                    for _ in range(self.n_workers)]
+        for t in starters:
+            t.start()
+        for t in starters:
+            t.join()
 
-    def _replace(self) -> None:
+    def _replace(self, dead: _Worker) -> None:
         self.stats["restarts"] += 1
 
         def start() -> None:
+            dead.reap()
             if not self._closed:
                 self._idle.put(_Worker(self.python, self.memory_bytes))
 
@@ -144,16 +156,14 @@ class MathEquivalence:
 
     def _ask(self, request: dict) -> Equivalence:
         self._ensure_started()
-        deadline = time.monotonic() + self.timeout_s
         try:
-            worker = self._idle.get(timeout=self.timeout_s)
+            worker = self._idle.get(timeout=self.wait_s)
         except queue.Empty:
-            self.stats["deadline"] += 1
-            return Equivalence(False, f"no sympy worker free within the {self.timeout_s:g} s deadline", "deadline")
-        answer = worker.ask(request, deadline - time.monotonic())
+            raise RuntimeError(f"no sympy worker became free within {self.wait_s:g} s (infrastructure)") from None
+        answer = worker.ask(request, self.timeout_s)
         if answer is None:
-            worker.kill()
-            self._replace()
+            worker.kill(wait=False)  # reaped by the restart thread, so the caller returns at the deadline
+            self._replace(worker)
             self.stats["deadline"] += 1
             return Equivalence(False, f"sympy missed the {self.timeout_s:g} s deadline (worker killed)", "deadline")
         self._idle.put(worker)
