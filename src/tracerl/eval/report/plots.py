@@ -90,6 +90,7 @@ def _draw_panel(ax, panel: Panel, series: Series) -> bool:
             ax.bar(steps, heights, bottom=[bottom[s] for s in steps], label=_label(stage, name, stages_of), width=0.8)
             for s, h in zip(steps, heights):
                 bottom[s] += h
+        ax.set_ylim(0, max(bottom.values(), default=1.0) * 1.35 or 1.0)  # head-room for the legend
     else:
         for (stage, name), pts in chosen.items():
             xs, ys = zip(*pts)
