@@ -109,8 +109,10 @@ def _tokens(s: str) -> list[tuple[str, str]]:
         elif name is not None:
             if name in FUNCTIONS or name in CONSTANTS:
                 toks.append(("name", name))
-            else:  # 'xy' is x*y: multi-letter names other than known ones are products of symbols
+            elif len(name) <= 2:  # 'xy' is x*y: short runs of letters are products of symbols
                 toks.extend(("name", ch) for ch in name)
+            else:
+                raise ExprError(f"{name!r} is a word, not mathematics")
         else:
             toks.append(("op", "**" if op == "^" else op))
         pos = m.end()
