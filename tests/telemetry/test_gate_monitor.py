@@ -46,15 +46,16 @@ def test_recovery_resets_the_streak_and_missing_steps_are_ignored():
 
 def test_kl_ess_truncation_audit_and_extra_limits():
     cfg = GatesConfig(kl_max=0.1, ess_frac_floor=0.5, truncation_rate_max=0.3, audit_failures_max=0,
-                      extra=[MetricLimit(metric="tool/error_rate", max=0.5)])
+                      probe_logprob_diff_max=1e-3, extra=[MetricLimit(metric="tool/error_rate", max=0.5)])
     cases = [({"policy/approx_kl": 0.2}, "kl_max"), ({"is/ess_frac": 0.4}, "ess_frac_floor"),
              ({"rollout/truncation_rate": 0.31}, "truncation_rate_max"),
-             ({"verifier/audit_failures": 1}, "audit_failures_max"), ({"tool/error_rate": 0.75}, "tool/error_rate:max")]
+             ({"verifier/audit_failures": 1}, "audit_failures_max"),
+             ({"probe/logprob_absdiff_max": 0.02}, "probe_logprob_diff_max"), ({"tool/error_rate": 0.75}, "tool/error_rate:max")]
     for metrics, gate in cases:
         trip = GateMonitor(cfg).update(7, metrics)
         assert trip is not None and trip.gate == gate
     healthy = {"policy/approx_kl": 0.1, "is/ess_frac": 0.5, "rollout/truncation_rate": 0.3,
-               "verifier/audit_failures": 0, "tool/error_rate": 0.5}
+               "verifier/audit_failures": 0, "tool/error_rate": 0.5, "probe/logprob_absdiff_max": 1e-3}
     assert GateMonitor(cfg).update(7, healthy) is None  # limits are inclusive
     # the ESS gate also reads an importance correction's own ESS stat, passed through as policy/ess_frac
     trip = GateMonitor(cfg).update(8, {"policy/ess_frac": 0.25})

@@ -49,8 +49,11 @@ class GatesConfig(BaseModel):
         None, description="Trip when the fraction of truncated episodes ('rollout/truncation_rate') exceeds this.")
     audit_failures_max: float | None = Field(
         None, description="Trip when verifier audit failures ('verifier/audit_failures') exceed this count.")
+    probe_logprob_diff_max: float | None = Field(
+        None, description="Trip when the engine-consistency probe's max |engine − learner| log-prob "
+        "('probe/logprob_absdiff_max') exceeds this.")
     patience: int = Field(
-        1, ge=1, description="Consecutive steps outside the limit before the KL, ESS, truncation or audit gate trips.")
+        1, ge=1, description="Consecutive steps outside the limit before the KL, ESS, truncation, audit or probe gate trips.")
     extra: list[MetricLimit] = Field(
         default_factory=list, description="Further limits on any logged metric, e.g. tool/error_rate max 0.5.")
 
@@ -95,7 +98,8 @@ def _rules(cfg: GatesConfig) -> list[_Rule]:
              # recomputed from log-probs (telemetry) or reported by an importance correction (algorithms)
              ("ess_frac_floor", ("is/ess_frac", "policy/ess_frac"), "min", cfg.ess_frac_floor, cfg.patience),
              ("truncation_rate_max", ("rollout/truncation_rate",), "max", cfg.truncation_rate_max, cfg.patience),
-             ("audit_failures_max", ("verifier/audit_failures",), "max", cfg.audit_failures_max, cfg.patience)]
+             ("audit_failures_max", ("verifier/audit_failures",), "max", cfg.audit_failures_max, cfg.patience),
+             ("probe_logprob_diff_max", ("probe/logprob_absdiff_max",), "max", cfg.probe_logprob_diff_max, cfg.patience)]
     rules = [_Rule(g, m, b, float(v), p) for g, m, b, v, p in named if v is not None]
     for lim in cfg.extra:
         for bound in ("min", "max"):
