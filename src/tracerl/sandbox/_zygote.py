@@ -66,12 +66,13 @@ class _Deadline(Exception):
 
 def _setup_namespaces(limits, uid, gid):
     """In the fresh namespaces: map our uid, mount a private size-capped tmpfs and a new /proc."""
-    with open("/proc/self/setgroups", "w") as f:
-        f.write("deny")
-    with open("/proc/self/uid_map", "w") as f:
-        f.write(f"{UID_IN_CALL} {uid} 1")
-    with open("/proc/self/gid_map", "w") as f:
-        f.write(f"{UID_IN_CALL} {gid} 1")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{UID_IN_CALL} {uid} 1"),
+                       ("gid_map", f"{UID_IN_CALL} {gid} 1")):
+        fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
     name = b"sandbox"
     libc.sethostname(name, len(name))
     opts = f"size={limits['disk_bytes']},nr_inodes=4096,mode=0755,uid={UID_IN_CALL},gid={UID_IN_CALL}"
@@ -141,6 +142,7 @@ def _run_program(code, limits, workdir, namespaces):
         _drop_privileges()
     else:
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    import atexit
     import builtins
     import io
     import linecache
@@ -150,6 +152,7 @@ def _run_program(code, limits, workdir, namespaces):
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
     sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
                                   errors="backslashreplace", line_buffering=True)
+    atexit._clear()  # exit handlers of the zygote's own modules are not the program's
     sys.argv = ["main.py"]
     sys.path[0:0] = [workdir]
     main = types.ModuleType("__main__")
@@ -171,7 +174,6 @@ def _run_program(code, limits, workdir, namespaces):
     try:
         if "threading" in sys.modules:
             sys.modules["threading"]._shutdown()
-        import atexit
         atexit._run_exitfuncs()
     except BaseException:  # noqa: BLE001
         pass
