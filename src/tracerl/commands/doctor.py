@@ -9,14 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 CHECKS = [
     # (name, program, what must hold, the status/outcome that proves it)
     ("runs code", "print(6 * 7)", "prints 42", lambda r: r.status == "ok" and r.stdout == "42\n"),
     ("no network", "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=0.5)",
      "connect fails", lambda r: r.status == "error"),
-    ("host files hidden", "import os\nprint(os.path.exists('/root') or os.path.exists('/home') or os.path.exists('/work/main'))",
-     "no /root, /home or project", lambda r: r.stdout == "False\n"),
+    ("host files hidden", "import os\nprint(any(os.path.exists(p) for p in ('/root', '/home', {package!r})))",
+     "no /root, /home, tracerl source", lambda r: r.stdout == "False\n"),
     ("host processes hidden", "import os\nprint(len([p for p in os.listdir('/proc') if p.isdigit()]))",
      "sees only its own", lambda r: r.status == "ok" and int(r.stdout) <= 3),
     ("system read-only", "open('/usr/tracerl-doctor', 'w')", "write refused", lambda r: r.status == "error"),
@@ -58,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
     with box:
         box.run("open('/tmp/planted', 'w').write('x')")
         checks = []
+        package = str(Path(__file__).resolve().parent.parent)
         for name, code, expect, holds in CHECKS:
-            result = box.run(code)
+            result = box.run(code.replace("{package!r}", repr(package)))
             checks.append({"check": name, "expect": expect, "ok": bool(holds(result)),
                            "status": str(result.status)})
         warm = []
@@ -94,7 +96,7 @@ def _verifier_check() -> dict:
         verifier.close()
     ok = good and hang is False and took < 10
     return {"check": "math verifier worker", "ok": ok,
-            "detail": f"equivalences right: {good}; power tower rejected within its deadline: {hang is False} ({took:.2f} s)"}
+            "detail": f"equivalences right: {good}; power tower not accepted: {hang is False} ({took:.2f} s incl. start)"}
 
 
 def _print(report: dict, short: bool, required: str | None) -> None:
