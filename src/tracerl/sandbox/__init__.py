@@ -11,12 +11,20 @@
 from __future__ import annotations
 
 import atexit
+import hashlib
 import threading
+from importlib import resources
 
 from tracerl.sandbox.limits import ExecResult, Limits, Status
 from tracerl.sandbox.sandbox import Sandbox, SandboxUnavailable
 
-__all__ = ["ExecResult", "Limits", "Sandbox", "SandboxUnavailable", "Status", "default_sandbox", "isolation_report"]
+__all__ = ["REVISION", "ExecResult", "Limits", "Sandbox", "SandboxUnavailable", "Status", "default_sandbox",
+           "isolation_report"]
+
+REVISION = "1+" + hashlib.sha256(
+    b"".join(resources.files(__name__).joinpath(f).read_bytes() for f in ("_zygote.py", "backend.py", "sandbox.py"))
+).hexdigest()[:12]
+"""Recorded in run manifests: the sandbox's version plus a hash of the code that enforces it."""
 
 _default: Sandbox | None = None
 _default_lock = threading.Lock()
