@@ -137,3 +137,57 @@ def test_closed_sandbox_refuses_and_default_is_shared():
         s.run("pass")
     assert default_sandbox() is default_sandbox()
     assert default_sandbox().run("print('shared')").stdout == "shared\n"
+
+
+def test_a_killed_worker_is_replaced_and_calls_in_flight_end_as_crash():
+    """Infrastructure fault: the warm worker dies (OOM killer, operator). The call in flight is a
+    `crash` (never a policy outcome) and the next call gets a fresh worker."""
+    import os
+    import signal
+
+    with Sandbox(limits=SMALL) as s:
+        s.run("pass")
+        first = s.worker_pid()
+        results = []
+        t = threading.Thread(target=lambda: results.append(s.run("import time\ntime.sleep(0.8)")))
+        t.start()
+        import time
+        time.sleep(0.3)
+        os.killpg(first, signal.SIGKILL)
+        t.join()
+        assert results[0].status == "crash"
+        again = s.run("print('fresh')")
+        assert again.stdout == "fresh\n" and s.worker_pid() != first
+
+
+def test_a_forked_host_gets_its_own_worker():
+    import os
+
+    box = default_sandbox()
+    box.run("pass")
+    pid = os.fork()
+    if pid == 0:
+        ok = default_sandbox().run("print(7)").stdout == "7\n"
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0
+    assert box.run("print(8)").stdout == "8\n"
+
+
+@pytest.mark.slow
+def test_a_wedged_worker_is_replaced_after_the_host_grace():
+    """Infrastructure fault: the worker stops answering (SIGSTOP). The host gives up after the wall
+    clock plus its grace, reports `crash`, and the next call gets a fresh worker."""
+    import os
+    import signal
+
+    from sandbox_helpers import descendants
+
+    with Sandbox(limits=SMALL) as s:
+        s.run("pass")
+        first = s.worker_pid()
+        for pid in descendants(first):
+            os.kill(pid, signal.SIGSTOP)
+        r = s.run("print(1)")
+        assert r.status == "crash"
+        assert s.run("print(2)").stdout == "2\n" and s.worker_pid() != first

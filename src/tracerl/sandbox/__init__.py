@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import os
 import threading
 from importlib import resources
 
@@ -30,8 +31,17 @@ _default: Sandbox | None = None
 _default_lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    global _default, _default_lock
+    _default, _default_lock = None, threading.Lock()  # the parent's worker is not ours
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def default_sandbox() -> Sandbox:
-    """The shared warm sandbox of this process (created on first use, closed at exit)."""
+    """The shared warm sandbox of this process (created on first use, closed at exit; a forked
+    child gets its own)."""
     global _default
     with _default_lock:
         if _default is None or _default._closed:

@@ -90,6 +90,7 @@ class Sandbox:
         self.python = find_python(python)
         self.max_workers = max_workers
         self._worker: Worker | None = None
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
@@ -125,6 +126,8 @@ class Sandbox:
                 "missing": list(plan.missing), "command": " ".join(plan.argv[:-1] + ["<worker>"])}
 
     def _get_worker(self) -> Worker:
+        if os.getpid() != self._pid:  # a forked copy of the host: the worker and its reader belong to the parent
+            self._lock, self._pid, self._worker, self._pool = threading.Lock(), os.getpid(), None, None
         with self._lock:
             if self._closed:
                 raise UserError("this Sandbox was closed; create a new one or use tracerl.sandbox.default_sandbox().")
