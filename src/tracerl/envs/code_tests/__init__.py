@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 
+from tracerl.envs import _audit
 from tracerl.envs._generation import generate_tasks
 from tracerl.envs.base import EnvSpec, register_env
 from tracerl.envs.code_tests.env import NAME, REVISION, CodeTestsEnv, make_expert
@@ -61,5 +62,7 @@ SPEC = register_env(EnvSpec(
     tools=("python",),
     description="write a one-line Python function from a spec; sandboxed runs on examples, hidden tests",
 ))
+
+audit = _audit.register(SPEC, audit_cases)  # `tracerl audit` builder: (verifier, cases)
 
 __all__ = ["SPEC", "CodeTestsEnv", "audit_cases", "generate", "make_expert"]

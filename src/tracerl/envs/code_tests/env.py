@@ -2,9 +2,11 @@
 
 Grammar: `<run>code</run>` runs the code on the task's two visible examples in the sandbox (the
 observation is `<output>pass 2/2</output>` or the first failure); `<answer>code</answer>` ends the
-episode (`eos`) and the hidden tests score it: the `tests` component is the fraction passed. Runs
-and grading both go through `harness.evaluate`, which compares results outside the candidate's
-process. A sandbox fault (status `crash`) ends the episode as `infra_failure`, never a reward.
+episode (`eos`) and the hidden tests score it through the unit-test verifier
+(`tracerl.verifiers.UnitTestVerifier`: pristine copy per test, host-side comparison, nonce): the
+`tests` component is the fraction passed. Runs use the lighter `harness.evaluate` (one sandbox call,
+host-side comparison) because they also need the feedback line. A sandbox fault (status `crash`)
+ends the episode as `infra_failure`, never a reward.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ class CodeTestsEnv:
     revision = REVISION
 
     def __init__(self, sandbox=None, run_budget: int = RUN_BUDGET) -> None:
+        from tracerl.verifiers import UnitTestVerifier
+
         self._sandbox = sandbox
+        self._verifier = UnitTestVerifier(sandbox=sandbox, timeout_s=0.5)
         self.run_budget = run_budget
         self._task: Task | None = None
 
@@ -51,19 +56,28 @@ class CodeTestsEnv:
             return _invalid(action.reason)
         if action.kind == "run" and len(self._runs) >= self.run_budget:
             return _invalid(f"run budget of {self.run_budget} is spent; submit an answer")
-        cases = self._task.tests["visible" if action.kind == "run" else "hidden"]
-        out = evaluate(action.body, [tuple(c) for c in cases], self._sandbox)
-        info = {"tool": action.kind, "tool_status": out.status, "invalid_action": False}
+        if action.kind == "answer":
+            return self._grade(action.body)
+        out = evaluate(action.body, [tuple(c) for c in self._task.tests["visible"]], self._sandbox)
+        info = {"tool": "run", "tool_status": out.status, "invalid_action": False}
         if out.infra_failure:
             self._done = True
             return Step(None, True, TerminalReason.INFRA_FAILURE, {}, {**info, "infra_error": out.feedback})
-        if action.kind == "answer":
-            self._done = True
-            return Step(None, True, TerminalReason.EOS, {"tests": out.passed / out.total},
-                        {**info, "passed": out.passed, "total": out.total})
         self._runs.append(action.body)
         text = f"pass {out.passed}/{out.total}" if out.passed == out.total else out.feedback
         return Step(f"<output>{text}</output>\n", info=info)
+
+    def _grade(self, code: str) -> Step:
+        self._done = True
+        tests = [{"expr": f"f({x!r})", "expected": y} for x, y in self._task.tests["hidden"]]
+        try:
+            result = self._verifier.verify({"tests": tests}, f"<code>{code}</code>")
+        except RuntimeError as err:  # the verifier raises only when the sandbox itself failed
+            return Step(None, True, TerminalReason.INFRA_FAILURE, {},
+                        {"tool": "answer", "tool_status": "crash", "infra_error": str(err)[:200]})
+        return Step(None, True, TerminalReason.EOS, {"tests": result.components["tests_passed"]},
+                    {"tool": "answer", "invalid_action": False, "verifier": self._verifier.name,
+                     "passed": result.raw.get("passed", 0), "total": len(tests), "reason": result.reason[:200]})
 
     def state_hash(self) -> str:
         payload = {"task": self._task.id if self._task else None, "runs": getattr(self, "_runs", [])}

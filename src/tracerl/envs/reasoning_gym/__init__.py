@@ -11,6 +11,7 @@ import json
 import random
 
 from tracerl.envs.base import EnvSpec, register_env
+from tracerl.envs import _audit
 from tracerl.envs._generation import generate_tasks
 from tracerl.envs.reasoning_gym.env import NAME, REVISION, ReasoningGymEnv, make_expert, require_package, score
 from tracerl.envs.reasoning_gym.families import CONFIGS, FAMILIES, LEVELS, prompt
@@ -77,5 +78,7 @@ SPEC = register_env(EnvSpec(
     stop_strings=("</answer>",), special_tokens=("<answer>", "</answer>", "<error>", "</error>"),
     tools=(), description="reasoning-gym families (arithmetic, chain sums, equations, 24-point) behind guarded scorers",
 ))
+
+audit = _audit.register(SPEC, audit_cases)  # `tracerl audit` builder: (verifier, cases)
 
 __all__ = ["SPEC", "ReasoningGymEnv", "audit_cases", "generate", "make_expert", "score"]

@@ -7,6 +7,7 @@ import random
 
 from tracerl.envs.base import EnvSpec, register_env
 from tracerl.envs.search_qa.env import NAME, REVISION, SearchQAEnv, make_expert
+from tracerl.envs import _audit
 from tracerl.envs._generation import generate_tasks
 from tracerl.envs.search_qa.kb import LEVELS, make_kb, make_question
 from tracerl.tasks.task import Task
@@ -60,5 +61,7 @@ SPEC = register_env(EnvSpec(
     tools=("search",),
     description="multi-hop QA over a per-task knowledge base of fictional entities; BM25 search, budget 3",
 ))
+
+audit = _audit.register(SPEC, audit_cases)  # `tracerl audit` builder: (verifier, cases)
 
 __all__ = ["SPEC", "SearchQAEnv", "audit_cases", "generate", "make_expert", "DIFFICULTY_RANGE"]

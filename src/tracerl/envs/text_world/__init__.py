@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 
+from tracerl.envs import _audit
 from tracerl.envs._generation import generate_tasks
 from tracerl.envs.base import EnvSpec, register_env
 from tracerl.envs.text_world.env import NAME, REVISION, TextWorldEnv, expected_success, make_expert
@@ -57,5 +58,7 @@ SPEC = register_env(EnvSpec(
     tools=("action",),
     description="rooms, doors, keys and chests; take the coin within the step limit; state hashes for GiGPO",
 ))
+
+audit = _audit.register(SPEC, audit_cases)  # `tracerl audit` builder: (verifier, cases)
 
 __all__ = ["SPEC", "TextWorldEnv", "audit_cases", "expected_success", "generate", "make_expert"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 
+from tracerl.envs import _audit
 from tracerl.envs._generation import generate_tasks
 from tracerl.envs.base import EnvSpec, register_env
 from tracerl.envs.workplace_db.env import NAME, REVISION, WorkplaceDBEnv, expected_state, make_expert
@@ -59,5 +60,7 @@ SPEC = register_env(EnvSpec(
     tools=("find", "set", "add", "done"),
     description="office assistant over an in-memory SQLite database; verified by the final database state",
 ))
+
+audit = _audit.register(SPEC, audit_cases)  # `tracerl audit` builder: (verifier, cases)
 
 __all__ = ["SPEC", "WorkplaceDBEnv", "audit_cases", "expected_state", "generate", "make_expert"]

@@ -1,0 +1,73 @@
+"""One row per environment: held-out success after SFT and after RL on the shipped recipe.
+
+    .venv/bin/python benchmarks/envs.py                      # every suite env, full shipped recipes
+    .venv/bin/python benchmarks/envs.py --small search_qa    # reduced sizes (a few minutes each)
+
+Each environment runs its shipped recipe (`src/tracerl/recipes/<env>.yaml`, stages sft → eval →
+rl → eval) under the same frozen evaluation protocol before and after RL. Columns: held-out
+success (avg@n) after SFT and after RL, tool calls per episode and invalid-action rate (per policy
+turn) of the final evaluation, and the run's wall time. Runs land in runs/bench-envs/<env>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+SUITE = ("search_qa", "code_tests", "text_world", "workplace_db", "reasoning_gym")
+SMALL = ["env.train_tasks=800", "env.heldout_tasks=50", "sft.demos=600", "sft.epochs=3", "rl.steps=12",
+         "rl.prompts_per_step=8", "rl.group_size=8", "rl.eval_every=0", "rl.checkpoint_every=100",
+         "eval.tasks=50", "eval.samples=2", "eval.k=[1,2]"]
+
+
+def invalid_rate(run_dir: Path, step: int) -> float:
+    """Invalid-action observations per policy turn in the evaluation stored at `step`."""
+    import sqlite3
+
+    from tracerl.store import Store
+
+    db = sqlite3.connect(run_dir / "store.sqlite")
+    ids = [r[0] for r in db.execute("SELECT trajectory_id FROM trajectories WHERE stage='eval' AND step=?", (step,))]
+    db.close()
+    invalid = turns = 0
+    with Store(run_dir / "store.sqlite") as store:
+        for tid in ids:
+            for t in store.trajectories(trajectory_id=tid):
+                turns += sum(1 for s in t.spans if s.kind == "action")
+                invalid += sum(1 for s in t.spans if s.kind == "observation" and s.tool_status == "invalid_action")
+    return invalid / max(turns, 1)
+
+
+def run_env(name: str, overrides: list[str], root: Path) -> dict:
+    from tracerl.config import load_recipe
+    from tracerl.train.pipeline import run_recipe
+
+    recipe = load_recipe(name, [f"run.dir={root / name}", "run.progress=false", *overrides])
+    result = run_recipe(recipe)
+    sft = next(e for e in result.evals if e["after"] == "sft")
+    rl = next(e for e in result.evals if e["after"] == "rl")
+    return {"env": name, "sft": sft["eval/success"], "rl": rl["eval/success"],
+            "tool_calls": rl["eval/tool_calls_per_episode"],
+            "invalid_rate": invalid_rate(result.run_dir, rl["step"]), "wall_s": result.wall_s}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("envs", nargs="*", default=list(SUITE))
+    p.add_argument("--small", action="store_true", help="reduced sizes: " + " ".join(SMALL))
+    p.add_argument("--root", default="runs/bench-envs")
+    args = p.parse_args(argv)
+    rows = [run_env(n, SMALL if args.small else [], Path(args.root)) for n in args.envs]
+    head = f"{'env':<14} {'SFT success':>11} {'RL success':>10} {'RL > SFT':>8} {'tool calls':>10} {'invalid':>8} {'wall':>7}"
+    print("\n" + head + "\n" + "-" * len(head))
+    for r in rows:
+        print(f"{r['env']:<14} {r['sft']:>11.3f} {r['rl']:>10.3f} {'yes' if r['rl'] > r['sft'] else 'no':>8} "
+              f"{r['tool_calls']:>10.2f} {r['invalid_rate']:>8.3f} {r['wall_s'] / 60:>6.1f}m")
+    wins = sum(r["rl"] > r["sft"] for r in rows)
+    print(f"\nRL beats SFT on held-out success in {wins} of {len(rows)} environments")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
