@@ -1,22 +1,28 @@
 """The warm worker that runs *inside* the sandbox. Standard library only; never imports tracerl.
 
 It is started once (inside bubblewrap when available) with its control socket on the fd named in
-its config, imports the common modules, and then, per call:
+its config. It makes itself root of a user namespace of its own (no host privilege: the host uid
+stays unprivileged), imports the common modules, freezes them for the garbage collector, and then,
+per call:
 
-  zygote ──clone(new user/mount/PID/IPC/UTS/net namespaces)──► call init (PID 1 of the call)
-            maps one uid, mounts a fresh size-capped tmpfs on /work, /tmp and /dev/shm and a new
-            /proc, writes the files, then
-            └─fork──► program (rlimits, all capabilities dropped, no_new_privs, fds 3+ closed,
-                      clean environment, a fresh __main__)
+  zygote ──clone(new mount/PID/IPC/UTS namespaces)──► call init (PID 1 of the call)
+            joins an empty network namespace lent from a pool (never two live calls in one),
+            mounts a fresh size-capped tmpfs on /work, /tmp and /dev/shm and a new /proc, writes
+            the files, then
+            └─fork──► program: a user namespace of its own (so RLIMIT_NPROC counts this call's
+                      processes only), rlimits, all capabilities dropped, no_new_privs, fds 3+
+                      closed, clean environment, a fresh __main__
           init reaps every process, enforces the wall clock (SIGALRM), measures CPU and memory,
           sends the one result message and exits; the kernel then kills whatever is left in the
-          PID namespace (daemons, double forks) and frees the tmpfs.
+          PID namespace (daemons, double forks) and frees the tmpfs. Only then does the network
+          namespace go back to the pool.
 
 The zygote never runs candidate code, so every call starts from the same pristine state. The
 zygote kills a call's init on the host's request (output limit) or when init's own wall clock
 failed (backstop). Init is non-dumpable, so the program cannot ptrace it or read its fds, and the
 program holds none of init's file descriptors. The only signal init listens to is SIGALRM: a
-program that sends it to PID 1 only ends its own call as a timeout.
+program that sends it to PID 1 only ends its own call as a timeout. A failure while preparing the
+program is reported by init as `crash` (infrastructure), never as the program's own outcome.
 """
 
 import ctypes
@@ -64,18 +70,21 @@ class _Deadline(Exception):
     pass
 
 
-def _setup_namespaces(limits, uid, gid):
-    """In the fresh namespaces: map our uid, mount a private size-capped tmpfs and a new /proc."""
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{UID_IN_CALL} {uid} 1"),
-                       ("gid_map", f"{UID_IN_CALL} {gid} 1")):
+def _write_id_maps(inner, outer):
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{inner} {outer[0]} 1"), ("gid_map", f"{inner} {outer[1]} 1")):
         fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
         try:
             os.write(fd, text.encode())
         finally:
             os.close(fd)
+
+
+def _setup_namespaces(limits, netns_fd):
+    """In the call's init: join its network namespace, mount a private size-capped tmpfs and a new /proc."""
+    _check(libc.setns(netns_fd, CLONE_NEWNET), "setns net")
     name = b"sandbox"
     libc.sethostname(name, len(name))
-    opts = f"size={limits['disk_bytes']},nr_inodes=4096,mode=0755,uid={UID_IN_CALL},gid={UID_IN_CALL}"
+    opts = f"size={limits['disk_bytes']},nr_inodes=4096,mode=0755,uid=0,gid=0"
     _mount("tmpfs", "/sandbox", "tmpfs", MS_NOSUID | MS_NODEV, opts)
     for sub, target in (("work", "/work"), ("tmp", "/tmp"), ("shm", "/dev/shm")):
         os.mkdir(f"/sandbox/{sub}", 0o755 if sub == "work" else 0o1777)
@@ -118,14 +127,34 @@ def _drop_privileges():
     _check(libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
 
 
-def _run_program(code, limits, workdir, namespaces):
-    """Becomes the program: limits, privileges, stdio and a fresh __main__, then the code."""
+def _run_program(code, limits, workdir, namespaces, ready_w):
+    """Becomes the program: limits, privileges, stdio and a fresh __main__, then the code.
+
+    `ready_w` gets one byte once the setup succeeded and is closed before the code runs, so a
+    program cannot fake a setup failure (which would be reported as an infrastructure `crash`)."""
+    try:
+        _prepare_program(limits, workdir, namespaces, ready_w)
+    except BaseException:  # noqa: BLE001 - report on stderr; init sees no ready byte
+        import traceback
+        os.write(2, ("tracerl sandbox setup failed:\n" + traceback.format_exc()).encode())
+        os._exit(1)
+    os.write(ready_w, b"1")
+    os.close(ready_w)
+    _exec_program(code, workdir)
+
+
+def _prepare_program(limits, workdir, namespaces, ready_w):
     import resource
     for sig in (signal.SIGCHLD, signal.SIGALRM, signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.setsid()
-    os.closerange(3, 1 << 16)
+    os.closerange(3, ready_w)
+    os.closerange(ready_w + 1, 1 << 16)
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # init is non-dumpable; the program is an ordinary process
+    if namespaces:  # a user namespace of its own: RLIMIT_NPROC then counts this call's processes only
+        _check(libc.unshare(CLONE_NEWUSER), "unshare user")
+        _write_id_maps(UID_IN_CALL, (0, 0))
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": "/tmp" if namespaces else workdir,
@@ -142,6 +171,9 @@ def _run_program(code, limits, workdir, namespaces):
         _drop_privileges()
     else:
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+def _exec_program(code, workdir):
     import atexit
     import builtins
     import io
@@ -198,13 +230,12 @@ def _exit_code(code):
 
 
 def _clone_into_namespaces():
-    """fork() that also puts the child in new user/mount/PID/IPC/UTS/net namespaces, as PID 1.
+    """fork() that also puts the child in new mount/PID/IPC/UTS namespaces, as PID 1.
 
     A raw clone(2) wrapped in the interpreter's own before/after-fork hooks (what os.fork does),
     so one process is both the call's monitor and its init. Called with the GIL held (PyDLL).
     """
-    flags = (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET
-             | signal.SIGCHLD)
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | signal.SIGCHLD
     pyapi.PyOS_BeforeFork()
     pid = pyapi.syscall(SYS_CLONE, ctypes.c_ulong(flags), None, None, None, None)
     if pid == 0:
@@ -216,7 +247,7 @@ def _clone_into_namespaces():
     return pid
 
 
-def _call(req, fds, ctrl, config, uid, gid):
+def _call(req, fds, ctrl, config, netns_fd):
     """The call's monitor and init (PID 1 of its namespaces): set up, run the program, report."""
     call_id, namespaces = req["id"], config["namespaces"]
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -232,19 +263,20 @@ def _call(req, fds, ctrl, config, uid, gid):
     payload = json.loads(b"".join(chunks))
     limits, code = payload["limits"], payload["code"]
     try:
-        workdir = _setup_namespaces(limits, uid, gid) if namespaces else _private_dir(config["workbase"])
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        workdir = _setup_namespaces(limits, netns_fd) if namespaces else _private_dir(config["workbase"])
         _write_files(workdir, payload["files"])
-        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # after the uid maps: /proc/self turns root-owned
     except OSError as exc:
         _send(ctrl, {"id": call_id, "status": "crash", "reason": f"sandbox setup failed: {exc}"})
         os._exit(0)
+    ready_r, ready_w = os.pipe()
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
         for target, fd in ((0, stdin_fd), (1, out_fd), (2, err_fd)):
             os.dup2(fd, target)
-        _run_program(code, limits, workdir, namespaces)
-    for fd in (stdin_fd, out_fd, err_fd):
+        _run_program(code, limits, workdir, namespaces, ready_w)
+    for fd in (stdin_fd, out_fd, err_fd, ready_w):
         os.close(fd)
 
     def on_alarm(signum, frame):
@@ -263,6 +295,14 @@ def _call(req, fds, ctrl, config, uid, gid):
         _kill_tree(pid, namespaces)
         _, status = os.waitpid(pid, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
+    os.set_blocking(ready_r, False)
+    try:
+        started = os.read(ready_r, 1) == b"1"
+    except BlockingIOError:
+        started = False
+    if not started and not timed_out:
+        _send(ctrl, {"id": call_id, "status": "crash", "reason": "the program's sandbox setup failed (see stderr)"})
+        os._exit(0)
     import resource
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     if not namespaces:  # with namespaces, this process exiting takes every other one with it
@@ -284,32 +324,69 @@ def _kill_tree(pid, namespaces):
         pass
 
 
-def _spawn(req, fds, ctrl, config):
+class NetPool:
+    """Empty network namespaces (loopback down), each lent to one call at a time.
+
+    A namespace comes back only after its call's init was reaped, and init's exit takes every
+    process of the call with it, so no socket survives into the next call; the program has no
+    capability over the namespace, so it cannot change its configuration either. Reusing them
+    saves creating and tearing down a network namespace per call.
+    """
+
+    def __init__(self):
+        self.free = []
+
+    def take(self):
+        if self.free:
+            return self.free.pop()
+        fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+        _check(libc.unshare(CLONE_NEWNET), "unshare net")  # the zygote moves on; fd keeps the old one
+        return fd
+
+    def give(self, fd):
+        self.free.append(fd)
+
+
+def _spawn(req, fds, ctrl, config, netns_fd):
     """Start one call in a child; returns the child's pid (in the zygote's PID namespace)."""
-    uid, gid = os.getuid(), os.getgid()
     pid = _clone_into_namespaces() if config["namespaces"] else os.fork()
     if pid == 0:
         try:
-            _call(req, fds, ctrl, config, uid, gid)
+            _call(req, fds, ctrl, config, netns_fd)
         finally:
             os._exit(1)
     return pid
 
 
-def _probe(ctrl, config):
+def _enter_own_user_namespace():
+    """The zygote becomes root (no host privilege) of a user namespace of its own, so it owns the
+    namespaces it creates per call: the host uid it runs as stays unprivileged."""
+    ids = (os.getuid(), os.getgid())
+    _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare user")
+    _write_id_maps(0, ids)
+
+
+def _probe(pool):
     """Whether per-call namespaces work here; run once at start, reported to the host."""
     r, w = os.pipe()
+    netns = pool.take()
     pid = _clone_into_namespaces()
     if pid == 0:
         try:
-            _setup_namespaces({"disk_bytes": 1 << 20}, *config["ids"])
-            os.write(w, b"ok")
+            _setup_namespaces({"disk_bytes": 1 << 20}, netns)
+            if os.fork() == 0:
+                _check(libc.unshare(CLONE_NEWUSER), "unshare user")
+                _write_id_maps(UID_IN_CALL, (0, 0))
+                os.write(w, b"ok")
+                os._exit(0)
+            os.wait()
         finally:
             os._exit(0)
     os.close(w)
     answer = os.read(r, 2)
     os.close(r)
     os.waitpid(pid, 0)
+    pool.give(netns)
     return answer == b"ok"
 
 
@@ -327,22 +404,30 @@ def main():
             __import__(name)
         except Exception:  # noqa: BLE001 - a missing optional module only costs warmth
             pass
-    config["ids"] = (os.getuid(), os.getgid())
+    pool = NetPool()
     import gc
     gc.collect()
     gc.freeze()  # children never scan (and so never copy-on-write) the zygote's objects
-    if config["namespaces"] and not _probe(ctrl, config):
-        _send(ctrl, {"ready": False, "reason": "per-call namespaces could not be created inside the sandbox"})
-        return
+    if config["namespaces"]:
+        try:
+            _enter_own_user_namespace()
+            ready = _probe(pool)
+        except OSError as exc:
+            ready = False
+            _send(ctrl, {"ready": False, "reason": f"per-call namespaces unavailable inside the sandbox: {exc}"})
+            return
+        if not ready:
+            _send(ctrl, {"ready": False, "reason": "per-call namespaces could not be created inside the sandbox"})
+            return
     _send(ctrl, {"ready": True, "pid": os.getpid(), "python": sys.version.split()[0]})
     poller = select.poll()
     poller.register(ctrl.fileno(), select.POLLIN)
-    calls = {}  # pidfd -> (pid, call id, deadline)
+    calls = {}  # pidfd -> (pid, call id, deadline, netns fd)
     by_id = {}  # call id -> pid
     killed = {}  # call id -> result to send when its init is reaped
     while True:
         now = time.monotonic()
-        timeout = min((d for _, _, d in calls.values()), default=now + 3600) - now
+        timeout = min((c[2] for c in calls.values()), default=now + 3600) - now
         for fd, _ in poller.poll(max(0.0, timeout) * 1000):
             if fd == ctrl.fileno():
                 msg, fds, _, _ = socket.recv_fds(ctrl, 1 << 16, 8)
@@ -355,32 +440,37 @@ def main():
                         killed[req["kill"]] = {"status": "killed", "reason": "killed on the host's request"}
                         os.kill(pid, signal.SIGKILL)
                     continue
+                netns = pool.take() if config["namespaces"] else None
                 try:
-                    pid = _spawn(req, fds, ctrl, config)
+                    pid = _spawn(req, fds, ctrl, config, netns)
                 except OSError as exc:
                     _send(ctrl, {"id": req["id"], "status": "crash", "reason": f"could not start the call: {exc}"})
                     pid = None
                 for f in fds:
                     os.close(f)
                 if pid is None:
+                    if netns is not None:
+                        pool.give(netns)
                     continue
                 pidfd = os.pidfd_open(pid)
-                calls[pidfd] = (pid, req["id"], time.monotonic() + req["wall_s"] + BACKSTOP_S)
+                calls[pidfd] = (pid, req["id"], time.monotonic() + req["wall_s"] + BACKSTOP_S, netns)
                 by_id[req["id"]] = pid
                 poller.register(pidfd, select.POLLIN)
             else:
-                pid, call_id, _ = calls.pop(fd)
+                pid, call_id, _, netns = calls.pop(fd)
                 poller.unregister(fd)
                 os.close(fd)
                 by_id.pop(call_id, None)
-                _, status = os.waitpid(pid, 0)
+                _, status = os.waitpid(pid, 0)  # init reaped: every process of the call is gone
+                if netns is not None:
+                    pool.give(netns)
                 if call_id in killed:
                     _send(ctrl, {"id": call_id, **killed.pop(call_id)})
                 elif status != 0:
                     _send(ctrl, {"id": call_id, "status": "crash",
                                  "reason": f"the call's monitor died (wait status {status})"})
         now = time.monotonic()
-        for pid, call_id, deadline in list(calls.values()):
+        for pid, call_id, deadline, _ in list(calls.values()):
             if now >= deadline and call_id not in killed:  # its own wall clock failed: backstop
                 killed[call_id] = {"status": "crash", "reason": "the call's init missed its wall clock; killed by the zygote"}
                 os.kill(pid, signal.SIGKILL)

@@ -97,7 +97,8 @@ def full_plan(python: str) -> Plan | None:
             "--", python, "-I", "-B", "-c"]
     enforced = [
         "bubblewrap: read-only view of /usr and the libraries only; no /home, /root, /work of the host",
-        "per call: new user, mount, PID, IPC, UTS and network namespaces (no network at all)",
+        "per call: new user, mount, PID, IPC and UTS namespaces",
+        "per call: an empty network namespace of its own (no interface up; pooled, never shared by two live calls)",
         "per call: fresh size-capped tmpfs on /work, /tmp and /dev/shm, gone when the call ends",
         "per call: the whole process tree killed by PID-namespace teardown at the wall-clock limit",
         "rlimits: CPU, address space, processes (per call), file size, open files, no core dumps",
