@@ -162,3 +162,12 @@ def test_host_survives_a_batch_of_attacks_at_once(box):
     results = box.run_many(codes, concurrency=8)
     assert [r.status for r in results] == ["timeout", "memory", "output_limit", "timeout", "timeout", "ok", "error", "error"]
     assert results[6].exit_code == 3 and results[7].exit_code == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("code", ["import os\nos._exit(1)", "import os\nos.close(3) if False else os._exit(3)",
+                                  "import os\nos.kill(os.getpid(), 9)", "import os\nfor fd in range(3, 64):\n"
+                                  "    try:\n        os.close(fd)\n    except OSError:\n        pass\nos._exit(1)"])
+def test_a_program_cannot_pass_itself_off_as_an_infrastructure_crash(box, code):
+    """Attack: end abruptly, hoping to be reported as `crash` (excluded from training instead of
+    penalised). Only init may report a crash, and only before the program's code has started."""
+    assert box.run(code).status == "error"
