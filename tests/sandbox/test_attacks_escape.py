@@ -171,3 +171,16 @@ def test_a_program_cannot_pass_itself_off_as_an_infrastructure_crash(box, code):
     """Attack: end abruptly, hoping to be reported as `crash` (excluded from training instead of
     penalised). Only init may report a crash, and only before the program's code has started."""
     assert box.run(code).status == "error"
+
+
+def test_no_new_user_namespace_to_regain_capabilities(box):
+    """Attack: create a user namespace (capabilities again inside it) and mount a 4 GB tmpfs,
+    which would escape the memory and disk limits; or unshare any namespace directly."""
+    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "for flags in (0x10000000, 0x10000000 | 0x20000, 0x20000, 0x40000000, 0x20000000):\n"
+            "    print(libc.unshare(flags), ctypes.get_errno())\n"
+            "print(libc.mount(b'none', b'/tmp', b'tmpfs', 0, b'size=4g'), ctypes.get_errno())")
+    r = box.run(code)
+    lines = r.stdout.split("\n")[:6]
+    assert all(line.startswith("-1 ") for line in lines), r.stdout  # every attempt refused
+    assert lines[0] == "-1 28" and lines[5] == "-1 1"  # ENOSPC: user namespaces capped at 0; EPERM

@@ -155,6 +155,13 @@ def _prepare_program(limits, workdir, namespaces, ready_w):
     if namespaces:  # a user namespace of its own: RLIMIT_NPROC then counts this call's processes only
         _check(libc.unshare(CLONE_NEWUSER), "unshare user")
         _write_id_maps(UID_IN_CALL, (0, 0))
+        # No user namespaces below this one: inside one the program would hold capabilities again
+        # (e.g. to mount a tmpfs that escapes the memory and disk limits).
+        fd = os.open("/proc/sys/user/max_user_namespaces", os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": "/tmp" if namespaces else workdir,
