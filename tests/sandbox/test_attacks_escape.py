@@ -184,3 +184,15 @@ def test_no_new_user_namespace_to_regain_capabilities(box):
     lines = r.stdout.split("\n")[:6]
     assert all(line.startswith("-1 ") for line in lines), r.stdout  # every attempt refused
     assert lines[0] == "-1 28" and lines[5] == "-1 1"  # ENOSPC: user namespaces capped at 0; EPERM
+
+
+def test_kernel_keyrings_do_not_carry_state_between_calls(box):
+    """Attack: store data in the kernel's session/user keyrings (or in a key's description, which
+    /proc/keys shows to the same uid) and read it back in the next call."""
+    plant = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nfor ring in (-3, -4, -5):\n"
+             "    print(libc.syscall(248, b'user', f'leak{ring}'.encode(), b'secret', 6, ring) > 0)")
+    look = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nfor ring in (-3, -4, -5):\n"
+            "    print(libc.syscall(250, 10, ring, b'user', f'leak{ring}'.encode(), 0))\n"
+            "print(repr(open('/proc/keys').read()))")
+    assert box.run(plant).stdout == "True\nTrue\nTrue\n"  # planting works inside its own call
+    assert box.run(look).stdout == "-1\n-1\n-1\n''\n"  # ...and is gone for the next one

@@ -46,6 +46,8 @@ PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
 
 BACKSTOP_S = 2.0  # the zygote kills a call this long after its own wall clock should have
 SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220, "ppc64le": 120, "s390x": 120}.get(os.uname().machine, 56)
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 283, "s390x": 280}.get(os.uname().machine, 250)
+KEYCTL_JOIN_SESSION_KEYRING = 1
 
 libc = ctypes.CDLL(None, use_errno=True)
 pyapi = ctypes.PyDLL(None, use_errno=True)  # calls that keep the GIL, as os.fork does
@@ -92,6 +94,9 @@ def _setup_namespaces(limits, netns_fd):
             _mount(f"/sandbox/{sub}", target, None, MS_BIND)
     _check(libc.umount2(b"/sandbox", MNT_DETACH), "umount /sandbox")
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for hidden in ("/proc/keys", "/proc/key-users"):  # key descriptions of earlier calls (same host uid)
+        if os.path.exists(hidden):
+            _mount("/dev/null", hidden, None, MS_BIND)
     return "/work"
 
 
@@ -162,6 +167,8 @@ def _prepare_program(limits, workdir, namespaces, ready_w):
             os.write(fd, b"0")
         finally:
             os.close(fd)
+    if namespaces:  # a fresh, empty session keyring: keys of earlier calls are out of reach
+        libc.syscall(SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None)
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": "/tmp" if namespaces else workdir,
