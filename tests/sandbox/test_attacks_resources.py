@@ -66,7 +66,7 @@ def test_ten_gigabyte_allocation_is_a_memory_outcome(box):
 
 def test_gradual_allocation_is_a_memory_outcome(box):
     """Attack: grow a list of 1 MB blocks until something gives."""
-    r = box.run("blocks = []\nwhile True:\n    blocks.append(bytearray(2**20))")
+    r = box.run("blocks = []\nwhile True:\n    blocks.append(bytearray(2**20))", limits=Limits(wall_s=5, cpu_s=4))
     assert r.status == "memory"
 
 
