@@ -5,8 +5,7 @@ Limits (conftest.SMALL): 1 s wall, 1 s CPU, 256 MB address space, 16 processes, 
 """
 
 import time
-
-from tracerl.sandbox import Limits
+from dataclasses import replace
 
 from sandbox_helpers import SMALL, descendants
 
@@ -22,7 +21,7 @@ def test_infinite_loop_is_killed_at_the_wall_clock(box):
 
 def test_cpu_limit_is_enforced_by_the_kernel(box):
     """Attack: a busy loop with a generous wall clock; RLIMIT_CPU (1 s) must stop it first."""
-    r = box.run("while True:\n    pass", limits=Limits(wall_s=10, cpu_s=1))
+    r = box.run("while True:\n    pass", limits=replace(SMALL, wall_s=10, cpu_s=1))
     assert r.status == "timeout"
     assert "CPU" in r.reason  # SIGXCPU at 1 s of CPU, long before the 10 s wall clock
     assert 0.5 <= r.cpu_s <= 2.5
@@ -66,7 +65,7 @@ def test_ten_gigabyte_allocation_is_a_memory_outcome(box):
 
 def test_gradual_allocation_is_a_memory_outcome(box):
     """Attack: grow a list of 1 MB blocks until something gives."""
-    r = box.run("blocks = []\nwhile True:\n    blocks.append(bytearray(2**20))", limits=Limits(wall_s=5, cpu_s=4))
+    r = box.run("blocks = []\nwhile True:\n    blocks.append(bytearray(2**20))", limits=replace(SMALL, wall_s=5, cpu_s=4))
     assert r.status == "memory"
 
 
@@ -84,7 +83,7 @@ def test_disk_fill_with_many_files_hits_the_tmpfs_size(box):
 
 def test_inode_exhaustion_is_bounded(box):
     """Attack: create empty files until the filesystem refuses (inodes, not bytes)."""
-    r = box.run("i = 0\nwhile True:\n    open(f'e{i}', 'w').close()\n    i += 1", limits=Limits(wall_s=5, cpu_s=4))
+    r = box.run("i = 0\nwhile True:\n    open(f'e{i}', 'w').close()\n    i += 1", limits=replace(SMALL, wall_s=5, cpu_s=4))
     assert r.status == "error" and "No space left" in r.stderr
 
 
