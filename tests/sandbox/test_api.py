@@ -191,3 +191,13 @@ def test_a_wedged_worker_is_replaced_after_the_host_grace():
         r = s.run("print(1)")
         assert r.status == "crash"
         assert s.run("print(2)").stdout == "2\n" and s.worker_pid() != first
+
+
+def test_large_code_files_and_stdin_travel_intact(box):
+    blob = bytes(range(256)) * 800  # 200 KB: beyond the inline message size, sent as a memfd
+    text = "x" * 300_000
+    r = box.run("import hashlib, sys\ndata = open('blob', 'rb').read()\n"
+                "print(len(data), hashlib.sha256(data).hexdigest()[:8], len(sys.stdin.read()))\n# " + "pad " * 20000,
+                files={"blob": blob}, stdin=text)
+    import hashlib
+    assert r.stdout == f"{len(blob)} {hashlib.sha256(blob).hexdigest()[:8]} {len(text)}\n"

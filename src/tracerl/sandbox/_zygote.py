@@ -266,15 +266,20 @@ def _call(req, fds, ctrl, config, netns_fd):
     call_id, namespaces = req["id"], config["namespaces"]
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    payload_fd, stdin_fd, out_fd, err_fd = fds
-    chunks = []
-    while True:
-        chunk = os.read(payload_fd, 1 << 20)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(payload_fd)
-    payload = json.loads(b"".join(chunks))
+    out_fd, err_fd, *extra = fds
+    if req["memfd"]:
+        payload_fd = extra.pop(0)
+        chunks = []
+        while True:
+            chunk = os.read(payload_fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(payload_fd)
+        payload = json.loads(b"".join(chunks))
+    else:
+        payload = json.loads(req["inline"])
+    stdin_fd = extra.pop(0) if req["stdin"] else os.open("/dev/null", os.O_RDONLY)
     limits, code = payload["limits"], payload["code"]
     try:
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -444,10 +449,12 @@ def main():
         timeout = min((c[2] for c in calls.values()), default=now + 3600) - now
         for fd, _ in poller.poll(max(0.0, timeout) * 1000):
             if fd == ctrl.fileno():
-                msg, fds, _, _ = socket.recv_fds(ctrl, 1 << 16, 8)
+                msg, fds, _, _ = socket.recv_fds(ctrl, 1 << 17, 8)
                 if not msg:
                     return
-                req = json.loads(msg)
+                head, _, inline = msg.partition(b"\n")
+                req = json.loads(head)
+                req["inline"] = inline
                 if "kill" in req:
                     pid = by_id.get(req["kill"])
                     if pid is not None:

@@ -29,6 +29,9 @@ def zygote_source() -> str:
     return _ZYGOTE_SOURCE
 
 
+INLINE_PAYLOAD = 48 * 1024  # payloads up to this size ride in the control message itself
+
+
 class WorkerDied(RuntimeError):
     """The warm worker is gone; calls in flight end as `crash` and the next call starts a new one."""
 
@@ -115,28 +118,30 @@ class Worker:
             pending.event.set()
 
     def submit(self, payload: bytes, stdin: bytes, out_w: int, err_w: int, wall_s: float) -> tuple[int, _Pending]:
-        """Start one call; the caller owns (and closes) `out_w`/`err_w` after this returns."""
-        payload_fd = _memfd("tracerl-call", payload)
-        stdin_fd = _memfd("tracerl-stdin", stdin)
+        """Start one call; the caller owns (and closes) `out_w`/`err_w` after this returns.
+
+        The message is a JSON header line, then the payload when it is small; a large payload and
+        a non-empty stdin travel as memfds (stdin as a file: reading it never blocks)."""
+        inline = len(payload) <= INLINE_PAYLOAD
+        extra = ([] if inline else [_memfd("tracerl-call", payload)]) + ([_memfd("tracerl-stdin", stdin)] if stdin else [])
         call_id = next(self._ids)
         pending = _Pending()
-        with self._lock:
-            if not self.alive:
-                os.close(payload_fd)
-                os.close(stdin_fd)
-                raise WorkerDied("the sandbox worker is not running")
-            self._pending[call_id] = pending
+        header = json.dumps({"id": call_id, "wall_s": wall_s, "memfd": not inline, "stdin": bool(stdin)}).encode()
         try:
-            socket.send_fds(self._sock, [json.dumps({"id": call_id, "wall_s": wall_s}).encode()],
-                            [payload_fd, stdin_fd, out_w, err_w])
-        except OSError as exc:
             with self._lock:
-                self._pending.pop(call_id, None)
-            self.alive = False
-            raise WorkerDied(f"could not reach the sandbox worker: {exc}") from exc
+                if not self.alive:
+                    raise WorkerDied("the sandbox worker is not running")
+                self._pending[call_id] = pending
+            try:
+                socket.send_fds(self._sock, [header + b"\n" + (payload if inline else b"")], [out_w, err_w, *extra])
+            except OSError as exc:
+                with self._lock:
+                    self._pending.pop(call_id, None)
+                self.alive = False
+                raise WorkerDied(f"could not reach the sandbox worker: {exc}") from exc
         finally:
-            os.close(payload_fd)
-            os.close(stdin_fd)
+            for fd in extra:
+                os.close(fd)
         return call_id, pending
 
     def kill(self, call_id: int) -> None:
