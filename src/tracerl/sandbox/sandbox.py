@@ -29,7 +29,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-import selectors
+import select
 import signal
 import threading
 import time
@@ -243,9 +243,10 @@ def _encode_files(files: Mapping[str, str | bytes]) -> dict:
 def _collect(out_r: int, err_r: int, cap: int, deadline: float, kill) -> tuple[list[bytearray], list[bool], bool]:
     """Read both pipes to EOF, keeping `cap` bytes of each; kill the call on overflow."""
     bufs, overflow = [bytearray(), bytearray()], [False, False]
-    sel = selectors.DefaultSelector()
-    sel.register(out_r, selectors.EVENT_READ, 0)
-    sel.register(err_r, selectors.EVENT_READ, 1)
+    index = {out_r: 0, err_r: 1}
+    poller = select.poll()
+    for fd in index:
+        poller.register(fd, select.POLLIN)
     open_fds, stuck = 2, False
     try:
         while open_fds:
@@ -253,11 +254,11 @@ def _collect(out_r: int, err_r: int, cap: int, deadline: float, kill) -> tuple[l
             if left <= 0:
                 stuck = True
                 break
-            for key, _ in sel.select(left):
-                chunk = os.read(key.fd, 1 << 16)
-                idx = key.data
+            for fd, _ in poller.poll(left * 1000):
+                chunk = os.read(fd, 1 << 16)
+                idx = index[fd]
                 if not chunk:
-                    sel.unregister(key.fd)
+                    poller.unregister(fd)
                     open_fds -= 1
                     continue
                 room = cap - len(bufs[idx])
@@ -269,7 +270,6 @@ def _collect(out_r: int, err_r: int, cap: int, deadline: float, kill) -> tuple[l
                 else:
                     bufs[idx] += chunk
     finally:
-        sel.close()
         os.close(out_r)
         os.close(err_r)
     return bufs, overflow, stuck
