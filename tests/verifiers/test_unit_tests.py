@@ -115,3 +115,8 @@ def test_syntax_error_scores_zero_format(grader):
 ])
 def test_strict_value_comparison(actual, expected, tol, same):
     assert same_value(actual, expected, tol) is same
+
+
+def test_stderr_noise_does_not_fail_a_correct_program(grader):
+    code = "import sys\nprint('warning: slow path', file=sys.stderr)\n" + GOOD_SUM
+    assert grader.verify(SUM_TASK, _py(code)).components["tests_passed"] == 1.0

@@ -34,14 +34,16 @@ def _child(test, res_w, out_w):
         fd = os.open("/dev/null", os.O_RDONLY)
     os.dup2(fd, 0)
     os.dup2(out_w, 1)
-    os.dup2(out_w, 2)
+    # a program's stdout is compared as it is: its stderr (warnings, tracebacks) must not mix in
+    os.dup2(os.open("/dev/null", os.O_WRONLY) if test["kind"] == "stdio" else out_w, 2)
     os.dup2(res_w, 3)
     os.closerange(4, 1 << 16)
     import io
     import runpy
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
-    sys.stderr = sys.stdout
+    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
+                                  line_buffering=True)
     sys.argv = ["solution.py"]
     if test["kind"] == "stdio":
         runpy.run_path("solution.py", run_name="__main__")
