@@ -7,9 +7,11 @@ What is isolated (level "full", bubblewrap + namespaces, see `isolation_report()
   * processes: a new PID namespace per call (it sees only its own processes) whose teardown at
     the wall-clock limit kills every descendant, daemons included; RLIMIT_NPROC is counted in the
     call's own user namespace.
-  * network: a new, empty network namespace per call (not even a usable loopback to the host).
-  * identity: an unprivileged host uid (nobody) when the host runs as root; zero capabilities,
-    no_new_privs; a clean environment; no inherited file descriptors besides stdin/out/err.
+  * network: an empty network namespace per call (no interface up, not even loopback), lent
+    from a pool and never shared by two live calls, so concurrent calls cannot talk either.
+  * identity: an unprivileged host uid (nobody) when the host runs as root; a user namespace of
+    its own with no way to create another; zero capabilities, no_new_privs; a clean environment;
+    a fresh session keyring; no inherited file descriptors besides stdin/out/err.
   * resources: CPU seconds, address space, processes, file size, open files, tmpfs size, output
     bytes, wall clock.
 
