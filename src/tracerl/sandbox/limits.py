@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from enum import Enum
 
 from tracerl.errors import UserError
@@ -86,7 +86,6 @@ class ExecResult:
     max_rss_bytes: int = 0
     reason: str = ""
     """One sentence on why the status is what it is (empty for `ok`)."""
-    extra: dict = field(default_factory=dict, compare=False)
 
     @property
     def ok(self) -> bool:
