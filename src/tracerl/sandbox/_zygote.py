@@ -425,12 +425,13 @@ def main():
             pass
     pool = NetPool()
     import gc
-    gc.collect()
-    gc.freeze()  # children never scan (and so never copy-on-write) the zygote's objects
+    if config["preload"]:
+        gc.collect()
+        gc.freeze()  # children never scan (and so never copy-on-write) the zygote's objects
     if config["namespaces"]:
         try:
             _enter_own_user_namespace()
-            ready = _probe(pool)
+            ready = _probe(pool) if config["probe"] else True
         except OSError as exc:
             ready = False
             _send(ctrl, {"ready": False, "reason": f"per-call namespaces unavailable inside the sandbox: {exc}"})

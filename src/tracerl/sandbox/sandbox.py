@@ -150,7 +150,7 @@ class Sandbox:
         stdin_bytes = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
         cold = None
         try:
-            worker = self._get_worker() if self.warm else (cold := Worker(self.plan))
+            worker = self._get_worker() if self.warm else (cold := Worker(self.plan, warm=False))
         except WorkerDied as exc:
             return ExecResult(Status.CRASH, None, "", "", reason=str(exc))
         try:

@@ -47,13 +47,14 @@ class _Pending:
 class Worker:
     """One zygote process. Thread-safe: any number of threads may `submit` at once."""
 
-    def __init__(self, plan: Plan, start_timeout_s: float = 30.0) -> None:
+    def __init__(self, plan: Plan, start_timeout_s: float = 30.0, warm: bool = True) -> None:
+        """`warm=False` is for a single call: no preloaded modules and no start-up probe."""
         self.plan = plan
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = host
         source_fd = _memfd("tracerl-zygote", zygote_source().encode())
         config = {"ctrl_fd": child.fileno(), "namespaces": plan.level == "full",
-                  "workbase": plan.workbase, "preload": list(PRELOAD)}
+                  "workbase": plan.workbase, "preload": list(PRELOAD) if warm else [], "probe": warm}
         bootstrap = (f"import os; exec(compile(os.pread({source_fd}, 1 << 20, 0), 'tracerl-sandbox-worker', 'exec'))")
         argv = [*plan.argv, bootstrap, json.dumps(config)]
         kwargs = {}
