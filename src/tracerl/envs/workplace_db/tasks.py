@@ -1,4 +1,7 @@
-"""Procedural office tasks: a small random database and a request whose effect is known exactly."""
+"""Procedural office tasks: a small random database and a request whose effect is known exactly.
+
+Names come from a fixed pool of 24 made-up words (a tiny tokenizer keeps each whole); who is on
+which team and owns which ticket is drawn afresh per task."""
 
 from __future__ import annotations
 
@@ -12,17 +15,21 @@ TOPICS = ("printer", "laptop", "badge", "wifi", "payroll", "desk", "phone", "ema
 LEVELS = (0, 1, 2, 3)
 
 
-def _name(rng: random.Random) -> str:
-    return "".join(rng.choice(CONSONANTS) + rng.choice(VOWELS) for _ in range(2))
+def _pool(n: int) -> tuple[str, ...]:
+    rng, out = random.Random("workplace_db-names"), []
+    while len(out) < n:
+        name = "".join(rng.choice(CONSONANTS) + rng.choice(VOWELS) for _ in range(2))
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+NAMES = _pool(24)
 
 
 def make_task(rng: random.Random, level: int) -> dict:
     """Returns prompt, rows, the reference calls (`script`) and a wrong shortcut call."""
-    names: list[str] = []
-    while len(names) < 5:
-        n = _name(rng)
-        if n not in names:
-            names.append(n)
+    names = rng.sample(NAMES, 5)
     n_emp = 4
     employees = [{"id": i + 1, "name": names[i], "team": rng.choice(db.TEAMS)} for i in range(n_emp)]
     topics = rng.sample(TOPICS, 4)
