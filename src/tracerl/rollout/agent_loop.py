@@ -58,8 +58,13 @@ def _finish(ep: _Episode, spec: EnvSpec, reason: TerminalReason, components: dic
 def run_episodes(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], group_ids: list[str], *,
                  budgets: LoopBudgets, sampling: dict, policy_version: int, seed: int,
                  tokenizer_hashes: dict[str, str] | None = None,
-                 generator: torch.Generator | None = None) -> list[Trajectory]:
-    """Play one episode per task (repeat a task to form a group) and return validated trajectories."""
+                 generator: torch.Generator | None = None,
+                 entropy_out: dict[str, list[float]] | None = None) -> list[Trajectory]:
+    """Play one episode per task (repeat a task to form a group) and return validated trajectories.
+
+    `entropy_out`, when given, receives each trajectory's per-action-token entropy of the sampling
+    distribution (a diagnostic, not part of the contract), keyed by trajectory id.
+    """
     tok = engine.tokenizer
     episodes: list[_Episode] = []
     for i, (task, gid) in enumerate(zip(tasks, group_ids)):
@@ -93,6 +98,8 @@ def run_episodes(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], group_id
                                   stop_strings=spec.stop_strings, stop_token_ids=[tok.eos_token_id],
                                   generator=generator, **sampling)
         for ep, sample in zip(active, samples):
+            if entropy_out is not None:
+                entropy_out.setdefault(ep.traj.trajectory_id, []).extend(sample.entropies)
             _play_turn(ep, sample, spec, tok, budgets, policy_version)
     return [validate(ep.traj) for ep in episodes]
 

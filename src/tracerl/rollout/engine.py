@@ -19,6 +19,7 @@ class Sample:
     token_ids: list[int]
     logprobs: list[float]
     finish: str  # "stop" (a stop string or stop token), "length" (hit max_new_tokens)
+    entropies: list[float] = dataclasses.field(default_factory=list)  # of the sampling distribution
 
 
 def process_logits(logits_BV: torch.Tensor, *, temperature: float, top_p: float, top_k: int) -> torch.Tensor:
@@ -78,6 +79,7 @@ class TorchEngine:
 
         out_ids: list[list[int]] = [[] for _ in range(B)]
         out_lp: list[list[float]] = [[] for _ in range(B)]
+        out_ent: list[list[float]] = [[] for _ in range(B)]
         finish = [""] * B
         self.model.eval()
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
@@ -87,17 +89,19 @@ class TorchEngine:
         for step in range(max(budgets)):
             if temperature == 0.0:
                 tok = logits.argmax(-1)
-                lp = torch.zeros(B)
+                lp = ent = torch.zeros(B)
             else:
                 logp = torch.log_softmax(process_logits(logits, temperature=temperature, top_p=top_p, top_k=top_k), -1)
                 tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
                 lp = logp.gather(-1, tok[:, None]).squeeze(-1)
+                ent = -(logp.exp() * logp.clamp_min(-1e30)).sum(-1)
             for i in range(B):
                 if finish[i]:
                     continue
                 t = int(tok[i])
                 out_ids[i].append(t)
                 out_lp[i].append(float(lp[i]))
+                out_ent[i].append(float(ent[i]))
                 if t in stop_ids or (single is None and stop_strings and self._ends_with_stop(out_ids[i], stop_strings)):
                     finish[i] = "stop"
                 elif len(out_ids[i]) >= budgets[i]:
@@ -109,7 +113,7 @@ class TorchEngine:
                              use_cache=True, **{self._cache_arg: past})
             past, logits = self._cache_of(out), out.logits[:, -1, :]
             next_pos = next_pos + 1
-        return [Sample(out_ids[i], out_lp[i], finish[i] or "length") for i in range(B)]
+        return [Sample(out_ids[i], out_lp[i], finish[i] or "length", out_ent[i]) for i in range(B)]
 
     def _cache_of(self, out):
         return getattr(out, "cache", None) if self._cache_arg == "cache" else out.past_key_values

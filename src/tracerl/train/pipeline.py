@@ -23,6 +23,7 @@ from tracerl.models import build_tiny, load_model_and_tokenizer, tokenizer_hashe
 from tracerl.rollout import LoopBudgets, TorchEngine
 from tracerl.store import RunDir
 from tracerl.tasks.task import tasks_sha256
+from tracerl.telemetry import MetricLoggers
 from tracerl.train.checkpoint import save_checkpoint
 from tracerl.train.demos import collect_demos, demo_texts, tokenize_demo
 from tracerl.train.rl import train_rl
@@ -112,12 +113,15 @@ def run_recipe(recipe: Recipe) -> RunResult:
                           seed=seed + 7919, tokenizer_hashes=hashes)
         run.store.add_trajectories(res.trajectories, stage="eval", step=step)
         m = res.metrics()
-        run.log_metrics(m | {"eval/policy_version": policy_version}, stage="eval", step=step)
+        loggers.log(m | {"eval/policy_version": policy_version}, stage="eval", step=step)
         evals.append({"after": label, "step": step, **m})
         return m
 
-    log_sft = lambda m, s: run.log_metrics(m, stage="sft", step=s)  # noqa: E731
-    log_rl = lambda m, s: run.log_metrics(m, stage="rl", step=s)  # noqa: E731
+    loggers = MetricLoggers(run, recipe.loggers, hparams=recipe.model_dump(mode="json"))
+    for note in loggers.notes:
+        _say(note)
+    log_sft = lambda m, s: loggers.log(m, stage="sft", step=s)  # noqa: E731
+    log_rl = lambda m, s: loggers.log(m, stage="rl", step=s)  # noqa: E731
     rl_steps_done = 0
     for stage in recipe.stages:
         if stage == "sft":
@@ -149,6 +153,7 @@ def run_recipe(recipe: Recipe) -> RunResult:
     result = RunResult(run.path, [e for e in evals if not e["after"].startswith("rl step")], time.time() - t_start)
     (run.path / "summary.json").write_text(json.dumps({"evals": evals, "wall_s": result.wall_s}, indent=2))
     _print_table(result, recipe)
+    loggers.close()
     run.close()
     return result
 

