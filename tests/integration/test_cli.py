@@ -96,3 +96,18 @@ def test_malformed_recipe_file_exit_2(tmp_path):
     notyaml.write_text("just a sentence")
     proc = _run("train", str(notyaml))
     assert proc.returncode == 2 and "must be a YAML mapping" in proc.stderr
+
+
+def test_gate_stops_training_with_checkpoint_and_exit_3(tmp_path):
+    from tracerl.store import RunDir
+
+    run_dir = tmp_path / "gated"
+    # an impossible entropy floor: the gate must fire at the first RL step
+    proc = _run("train", "smoke", f"run.dir={run_dir}", "gates.entropy_floor=1000", "gates.entropy_patience=1")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "stopped by a gate" in proc.stderr and "Traceback" not in proc.stderr
+    assert (run_dir / "checkpoints" / "step_1" / "trainer_state.pt").exists()
+    run = RunDir(run_dir)
+    (event,) = run.store.events("gate")
+    assert event["payload"]["gate"] == "entropy_floor" and event["step"] == 1
+    run.close()
