@@ -110,6 +110,12 @@ def main():
                 os.close(res_r)
                 os.close(out_r)
                 _child(test, res_w, out_w)
+            except BaseException as exc:  # noqa: BLE001 - the reason, for the report
+                try:
+                    sys.stderr.write(f"{type(exc).__name__}: {exc}"[:300] + "\n")
+                    sys.stderr.flush()
+                except BaseException:  # noqa: BLE001
+                    pass
             finally:
                 os._exit(1)
         os.close(res_w)

@@ -112,7 +112,9 @@ class UnitTestVerifier:
                 verdicts.append({"passed": ok, "reason": "" if ok else "wrong output"})
         passed = sum(v["passed"] for v in verdicts)
         raw.update(tests=verdicts, passed=passed, total=len(tests), syntax_ok=report.get("syntax_ok", False),
-                   reason="" if passed == len(tests) else f"{passed}/{len(tests)} tests passed")
+                   reason="" if passed == len(tests) else
+                   f"{passed}/{len(tests)} tests passed; first failure: "
+                   f"{next(v['reason'] for v in verdicts if not v['passed'])[:160]}")
         return VerifierResult({"tests_passed": passed / len(tests), "format": float(bool(report.get("syntax_ok")))}, raw)
 
     def audit_cases(self) -> list[AuditCase]:
