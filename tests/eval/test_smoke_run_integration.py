@@ -29,7 +29,7 @@ def cli(*args, timeout=240):
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("smoke") / "run"
-    args = ["train", "smoke", f"run.dir={run_dir}", "rl.steps=1", "rl.checkpoint_every=0"]
+    args = ["train", "smoke", f"run.dir={run_dir}", "rl.steps=2", "rl.checkpoint_every=0"]
     if GATES_WIRED:
         args += ["gates.entropy_floor=1000", "gates.entropy_patience=1"]
     proc = cli(*args)
@@ -40,7 +40,7 @@ def smoke(tmp_path_factory):
 def test_entropy_gate_stops_the_run_with_a_checkpoint(smoke):
     run_dir, proc = smoke
     assert proc.returncode == 3, proc.stderr[-2000:]
-    # checkpoint_every=0, so a checkpoint exists only because the gate saved one
+    # checkpoint_every=0 and rl.steps=2: step_1 exists only because the gate saved it, and no final step_2
     ckpts = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*"))
     assert ckpts == ["step_1"]
     run = RunDir(run_dir)
@@ -48,7 +48,8 @@ def test_entropy_gate_stops_the_run_with_a_checkpoint(smoke):
     run.close()
     assert len(events) == 1 and events[0]["payload"]["gate"] == "entropy_floor"
     rl_steps = [r["step"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["stage"] == "rl"]
-    assert max(rl_steps) == 1  # it stopped at the first RL step
+    assert max(rl_steps) == 1  # it stopped at the first of two RL steps
+    assert "stopped by a gate" in proc.stderr and "entropy_floor" in proc.stderr
 
 
 def test_report_on_the_smoke_run(smoke):
