@@ -23,7 +23,7 @@ NAME = "search_qa"
 REVISION = "search_qa-env-1"
 TOP_K = 2
 SEARCH_BUDGET = 3
-SYSTEM = ("Answer the question. To search, write <search>words</search>; you get passages in "
+SYSTEM = ("Answer the question. To search, write <search>name</search>; you get passages in "
           "<result></result>. Give the final answer as <answer>name</answer>.")
 
 Retriever = Callable[[list[str]], Callable[[str, int], list[str]]]
