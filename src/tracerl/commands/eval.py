@@ -80,14 +80,14 @@ def run(args) -> int:
     if run_dir is None and args.env is None:
         raise UserError("a bare checkpoint needs --env NAME (`tracerl envs` lists them)")
 
+    from transformers.utils import logging as hf_logging
+
     from tracerl.envs import get_env
-    from tracerl.eval.aggregate import aggregate, samples_from_trajectories
-    from tracerl.eval.heldout import is_success, run_heldout
-    from tracerl.eval.protocol import Protocol, write_results
+    from tracerl.eval.heldout import run_heldout
+    from tracerl.eval.protocol import results_dir
+    from tracerl.eval.record import heldout_protocol, record_evaluation
     from tracerl.models import load_model_and_tokenizer, tokenizer_hashes
-    from tracerl.models.load import model_sha256
     from tracerl.rollout import LoopBudgets, TorchEngine
-    from tracerl.tasks.task import tasks_sha256
 
     spec = get_env(args.env or recipe.env.name)
     seed = args.seed if args.seed is not None else recipe.run.seed + 7919
@@ -99,27 +99,20 @@ def run(args) -> int:
                 "top_p": args.top_p if args.top_p is not None else recipe.eval.top_p, "top_k": 0}
     budgets = LoopBudgets(recipe.env.max_turns, recipe.env.max_tokens, recipe.env.max_new_tokens)
 
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()
     model, tokenizer = load_model_and_tokenizer(ckpt)
     hashes = tokenizer_hashes(tokenizer)
-    protocol = Protocol(checkpoint_sha256=model_sha256(model), env_name=spec.name, env_revision=spec.revision,
-                        verifier_revision=spec.revision, split=args.split, tasks_sha256=tasks_sha256(tasks),
-                        num_tasks=len(tasks), sampling=sampling, budgets={"max_turns": budgets.max_turns,
-                        "max_tokens": budgets.max_tokens, "max_new_tokens": budgets.max_new_tokens},
-                        n=args.n, ks=ks, seed=seed, **hashes)
+    protocol = heldout_protocol(model=model, tokenizer_hashes=hashes, spec=spec, tasks=tasks, sampling=sampling,
+                                budgets=budgets, n=args.n, ks=ks, seed=seed, split=args.split)
     res = run_heldout(TorchEngine(model, tokenizer), spec, tasks, samples=args.n, ks=ks, budgets=budgets,
                       sampling=sampling, policy_version=_policy_version(ckpt), seed=seed, tokenizer_hashes=hashes)
-    per_task = samples_from_trajectories(res.trajectories, is_success)
-    results = aggregate(per_task, ks) | {"wall_s": res.wall_s}
     out_root = Path(args.out) if args.out else (run_dir.path if run_dir else ckpt)
-    where = write_results(out_root, protocol, results, per_task)
+    step = int(ckpt.name.split("_")[1]) if run_dir is not None else None
+    results = record_evaluation(out_root, protocol, res.trajectories, run=run_dir, step=step,
+                                extra={"wall_s": res.wall_s})
     if run_dir is not None:
-        step = int(ckpt.name.split("_")[1])
-        run_dir.store.add_trajectories(res.trajectories, stage=f"eval/{protocol.column}", step=step)
-        run_dir.log_metrics(protocol.metric_names(results), stage="eval", step=step)
         run_dir.close()
+    where = results_dir(out_root, protocol)
     print(f"{spec.name} held-out, {len(tasks)} tasks x {args.n} samples, checkpoint {ckpt}")
     print(f"protocol column {protocol.column} (checkpoint {protocol.checkpoint_sha256[:12]}), "
           f"temperature {sampling['temperature']}, top_p {sampling['top_p']}, budgets {protocol.budgets}")
