@@ -69,8 +69,11 @@ def _label(stage: str, name: str, stages_of: dict[str, int]) -> str:
 
 def _draw_panel(ax, panel: Panel, series: Series) -> bool:
     chosen = select(series, list(panel.patterns), list(panel.exclude))
+    from matplotlib.ticker import MaxNLocator
+
     ax.set_ylabel(panel.ylabel)
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     if not chosen:
         ax.text(0.5, 0.5, "not recorded\n" + "\n".join(panel.patterns), ha="center", va="center",
