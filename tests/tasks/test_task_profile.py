@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from tracerl.errors import UserError
@@ -23,10 +25,13 @@ def test_profile_records_successes_per_task_in_batches(make_task):
 def test_profile_json_roundtrip_and_accumulation(tmp_path, make_task):
     prof = profile([make_task("a", "p"), make_task("b", "q")], lambda b, n: [1, 3], n=4, policy="sft")
     profile([make_task("a", "p")], lambda b, n: [4], n=4, into=prof)  # a: 1/4 then 4/4 -> 5/8
+    prof.record("c", 0, 0)  # every attempt was an infrastructure failure: no pass rate
     prof.save(tmp_path / "p.json")
+    strict = json.loads((tmp_path / "p.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert strict["tasks"]["c"] == {"attempts": 0, "successes": 0, "pass_rate": None}
     back = DifficultyProfile.load(tmp_path / "p.json")
     assert back.policy == "sft" and back.to_dict() == prof.to_dict()
-    assert back.pass_rate("a") == 5 / 8 and back.pass_rate("b") == 3 / 4
+    assert back.pass_rate("a") == 5 / 8 and back.pass_rate("b") == 3 / 4 and back.pass_rate("c") is None
 
 
 def test_profile_rejects_impossible_counts_and_bad_files(tmp_path, make_task):

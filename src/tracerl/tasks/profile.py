@@ -65,7 +65,8 @@ class DifficultyProfile:
 
     def to_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "meta": self.meta,
-                "tasks": {k: {"attempts": e.attempts, "successes": e.successes, "pass_rate": e.pass_rate}
+                "tasks": {k: {"attempts": e.attempts, "successes": e.successes,
+                              "pass_rate": e.pass_rate if e.attempts else None}
                           for k, e in sorted(self.entries.items())}}
 
     def save(self, path: str | Path) -> None:
