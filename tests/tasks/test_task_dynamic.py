@@ -34,7 +34,7 @@ def test_oversamples_until_enough_mixed_groups_and_reports_cost(make_task):
     assert [t.id for t, _ in batch.groups] == ["M0", "M3", "M0", "M3"]
     r = batch.report
     assert (r.rounds, r.groups_generated, r.rollouts_generated, r.kept_groups) == (2, 8, 32, 4)
-    assert r.dropped_all_equal == {"1": 2, "0": 2} and r.surplus_groups == 0
+    assert r.zero_variance_groups == {"1": 2, "0": 2} and r.surplus_groups == 0
     assert r.filled and r.oversampling == 2.0 and (r.cost, r.cost_kept) == (80.0, 40.0)
     json.dumps(r.as_dict())  # goes to the metrics log as is
 
@@ -45,7 +45,7 @@ def test_round_size_follows_the_keep_rate_but_never_exceeds_one_batch(make_task)
     # round 1: 4 drawn, 1 kept (rate 1/4), deficit 3 -> ceil(3 / 0.25) = 12, capped at 4; the same again
     assert state["sizes"] == [4, 4, 4]
     assert batch.report.kept_groups == 2 and not batch.report.filled  # capped: the batch comes back short
-    assert batch.report.dropped_all_equal == {"0": 10}
+    assert batch.report.zero_variance_groups == {"0": 10}
 
 
 def test_cap_with_padding_fills_the_batch_with_zero_variance_groups(make_task):
@@ -85,3 +85,17 @@ def test_dynamic_sampling_over_a_resumed_sampler_draws_the_same_groups(make_task
     second = UniformSampler(tasks, seed=11)
     second.load_state_dict(saved)
     assert [t.id for t, _ in dynamic_sample(second.next_batch, rollout, 4).groups] == expected
+
+
+def test_next_groups_switches_on_the_sampler_kind(make_task):
+    from tracerl.tasks import SamplerConfig, next_groups
+
+    draw, state = cycling(make_task, "MPF")
+    plain = next_groups(SamplerConfig(kind="uniform"), draw, rollout, 3, cost=lambda g: 5.0)
+    # uniform: exactly 3 tasks drawn and all 3 groups kept; the all-equal ones are counted, not dropped
+    assert [t.id for t, _ in plain.groups] == ["M0", "P1", "F2"] and state["sizes"] == [3]
+    assert plain.report.zero_variance_groups == {"1": 1, "0": 1} and (plain.report.cost, plain.report.cost_kept) == (15.0, 15.0)
+    draw, state = cycling(make_task, "MPF")
+    dyn = next_groups(SamplerConfig(kind="dynamic", dynamic={"max_rounds": 2}), draw, rollout, 2)
+    # dynamic: round 1 draws M0 P1 and keeps M0 (rate 1/2); round 2 draws ceil(1 / 0.5) = 2: F2 M0 -> M0 kept
+    assert [t.id for t, _ in dyn.groups] == ["M0", "M0"] and state["sizes"] == [2, 2]

@@ -7,7 +7,7 @@ curriculum), `dynamic_sample` (non-zero-variance groups), `profile` and `Difficu
 
 from tracerl.tasks.config import (CurriculumConfig, DynamicSamplingConfig, FilterConfig, ProfileConfig,
                                   SamplerConfig, TasksConfig, TaskSourceConfig)
-from tracerl.tasks.dynamic import DynamicBatch, DynamicReport, dynamic_sample, reprofile_stage
+from tracerl.tasks.dynamic import DynamicBatch, DynamicReport, dynamic_sample, next_groups, reprofile_stage
 from tracerl.tasks.filters import Discard, Ledger, apply_filters
 from tracerl.tasks.pipeline import TaskPool, build_pool, make_sampler
 from tracerl.tasks.profile import DifficultyProfile, ProfileEntry, profile
@@ -21,5 +21,5 @@ __all__ = [
     "DynamicReport", "DynamicSamplingConfig", "FilterConfig", "Ledger", "LoadedSource", "MixtureSampler",
     "ProfileConfig", "ProfileEntry", "RowError", "Sampler", "SamplerConfig", "Task", "TaskPool", "TaskSourceConfig",
     "TasksConfig", "UniformSampler", "apply_filters", "build_pool", "dynamic_sample", "load_generator",
-    "load_source", "load_task_file", "make_sampler", "profile", "reprofile_stage", "tasks_sha256",
+    "load_source", "load_task_file", "make_sampler", "next_groups", "profile", "reprofile_stage", "tasks_sha256",
 ]

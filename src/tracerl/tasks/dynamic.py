@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+from tracerl.tasks.config import SamplerConfig
 from tracerl.tasks.filters import Discard
 from tracerl.tasks.profile import AttemptFn, DifficultyProfile, profile
 from tracerl.tasks.task import Task
@@ -30,7 +31,7 @@ class DynamicReport:
     rounds: int = 0
     groups_generated: int = 0
     rollouts_generated: int = 0
-    dropped_all_equal: dict[str, int] = dataclasses.field(default_factory=dict)  # reward value -> groups
+    zero_variance_groups: dict[str, int] = dataclasses.field(default_factory=dict)  # reward -> all-equal groups seen
     surplus_groups: int = 0  # mixed groups generated beyond the target and not used
     padded_groups: int = 0
     cost: float = 0.0  # sum of `cost(group)` over every generated group (e.g. generated tokens)
@@ -96,7 +97,7 @@ def dynamic_sample(draw: Callable[[int], list[Task]], rollout: Callable[[list[Ta
                     report.surplus_groups += 1
             else:
                 key = f"{r[0]:g}" if r else "empty"
-                report.dropped_all_equal[key] = report.dropped_all_equal.get(key, 0) + 1
+                report.zero_variance_groups[key] = report.zero_variance_groups.get(key, 0) + 1
                 flat.append((task, group))
     if pad_with_zero_variance and len(kept) < target_groups:
         pad = flat[:target_groups - len(kept)]
@@ -104,6 +105,28 @@ def dynamic_sample(draw: Callable[[int], list[Task]], rollout: Callable[[list[Ta
         kept.extend(pad)
     report.kept_groups = len(kept)
     return DynamicBatch(kept, report)
+
+
+def next_groups(cfg: SamplerConfig, draw: Callable[[int], list[Task]], rollout: Callable[[list[Task]], Sequence[G]],
+                n: int, *, rewards: Callable[[G], Sequence[float]] = lambda g: g,
+                cost: Callable[[G], float] | None = None) -> DynamicBatch[G]:
+    """One step's groups for any sampler kind: dynamic sampling when `cfg.kind == "dynamic"`, else
+    exactly `n` drawn tasks rolled out once (the report then only counts what was generated)."""
+    if cfg.kind == "dynamic":
+        return dynamic_sample(draw, rollout, n, max_rounds=cfg.dynamic.max_rounds, rewards=rewards, cost=cost,
+                              pad_with_zero_variance=cfg.dynamic.pad_with_zero_variance)
+    tasks = draw(n)
+    groups = list(rollout(tasks))
+    report = DynamicReport(n, kept_groups=len(groups), rounds=1, groups_generated=len(groups))
+    for g in groups:
+        r = list(rewards(g))
+        report.rollouts_generated += len(r)
+        report.cost += float(cost(g)) if cost is not None else 0.0
+        if not has_variance(r):
+            key = f"{r[0]:g}" if r else "empty"
+            report.zero_variance_groups[key] = report.zero_variance_groups.get(key, 0) + 1  # counted, kept
+    report.cost_kept = report.cost
+    return DynamicBatch(list(zip(tasks, groups)), report)
 
 
 def reprofile_stage(tasks: list[Task], attempt_fn: AttemptFn, n: int, *, stage: str, threshold: float = 1.0,
