@@ -23,7 +23,7 @@ __all__ = ["REVISION", "ExecResult", "Limits", "Sandbox", "SandboxUnavailable", 
            "isolation_report"]
 
 REVISION = "1+" + hashlib.sha256(
-    b"".join(resources.files(__name__).joinpath(f).read_bytes() for f in ("_zygote.py", "backend.py", "sandbox.py"))
+    b"".join(resources.files(__name__).joinpath(f).read_bytes() for f in ("_program.py", "_zygote.py", "backend.py", "sandbox.py"))
 ).hexdigest()[:12]
 """Recorded in run manifests: the sandbox's version plus a hash of the code that enforces it."""
 
