@@ -32,6 +32,7 @@ BACKSTOP_S = 2.0  # the zygote kills a call this long after its own wall clock s
 SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220, "ppc64le": 120, "s390x": 120}.get(os.uname().machine, 56)
 pyapi = ctypes.PyDLL(None, use_errno=True)  # calls that keep the GIL, as os.fork does
 
+
 def _send(sock, message):
     sock.sendmsg([json.dumps(message).encode()])
 

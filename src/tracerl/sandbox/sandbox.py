@@ -44,7 +44,7 @@ from tracerl.sandbox.backend import LEVELS, Plan, find_python, full_plan, rlimit
 from tracerl.sandbox.limits import ExecResult, Limits, Status
 from tracerl.sandbox.worker import Worker, WorkerDied
 
-MEMORY_EXIT = 250  # mirrors _zygote.MEMORY_EXIT
+MEMORY_EXIT = 250  # mirrors _program.MEMORY_EXIT
 HOST_GRACE_S = 3.0
 
 _plans: dict[str, tuple[Plan, str]] = {}
