@@ -27,12 +27,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _discover() -> None:
-    """Environments register their audits when imported; load them if that package exists."""
-    for module in ("tracerl.envs",):
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            pass
+    """Environments register their audits when their modules load; load them if that package
+    exists (its `env_names()` imports the built-in environments)."""
+    try:
+        envs = importlib.import_module("tracerl.envs")
+    except ImportError:
+        return
+    load_all = getattr(envs, "env_names", None)
+    if callable(load_all):
+        load_all()
 
 
 def _resolve(name: str):
