@@ -34,11 +34,16 @@ class ScriptedEngine(TorchEngine):
 
 
 class EchoSandbox:
-    """Evaluates print(<expr>) without isolation, only for these role tests."""
+    """Runs the (trusted, generated) program in-process, only for these role tests."""
 
     def run(self, code, limits=None):
-        expr = code.strip()[len("print("):-1]
-        return types.SimpleNamespace(status="ok", stdout=f"{eval(expr, {})}\n", stderr="", wall_s=0.001)
+        import contextlib
+        import io
+
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            exec(code, {})
+        return types.SimpleNamespace(status="ok", stdout=buf.getvalue(), stderr="", wall_s=0.001)
 
 
 class BrokenSandbox:
@@ -54,7 +59,7 @@ def test_roles_and_no_retokenization(tiny):
     model, tok = tiny
     spec = _spec(EchoSandbox())
     task = spec.generate("train", 1, 0)[0]
-    script = [f"<code>print({task.metadata['expression']})</code>", f"<answer>{task.answer}</answer>"]
+    script = [f"<code>{task.metadata['program']}</code>", f"<answer>{task.answer}</answer>"]
     engine = ScriptedEngine(model, tok, script)
     (traj,) = run_episodes(engine, spec, [task], ["g"], budgets=LoopBudgets(), sampling=SAMPLING,
                            policy_version=7, seed=0)
@@ -78,7 +83,7 @@ def test_observation_is_tokenized_on_its_own(tiny):
     model, tok = tiny
     spec = _spec(EchoSandbox())
     task = spec.generate("train", 1, 0)[0]
-    engine = ScriptedEngine(model, tok, [f"<code>print({task.metadata['expression']})</code>", "<answer>0</answer>"])
+    engine = ScriptedEngine(model, tok, [f"<code>{task.metadata['program']}</code>", "<answer>0</answer>"])
     (traj,) = run_episodes(engine, spec, [task], ["g"], budgets=LoopBudgets(), sampling=SAMPLING,
                            policy_version=0, seed=0)
     (obs,) = [s for s in traj.spans if s.kind == "observation"]

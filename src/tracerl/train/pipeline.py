@@ -18,6 +18,7 @@ import yaml
 from tracerl.config import Recipe
 from tracerl.envs import get_env
 from tracerl.eval.heldout import run_heldout
+from tracerl.eval.record import heldout_protocol, record_evaluation
 from tracerl.manifest import build_manifest
 from tracerl.models import build_tiny, load_model_and_tokenizer, tokenizer_hashes
 from tracerl.rollout import LoopBudgets, TorchEngine
@@ -111,15 +112,17 @@ def run_recipe(recipe: Recipe) -> RunResult:
         res = run_heldout(engine, spec, eval_tasks, samples=recipe.eval.samples, ks=recipe.eval.k,
                           budgets=budgets, sampling=eval_sampling, policy_version=policy_version,
                           seed=seed + 7919, tokenizer_hashes=hashes)
-        run.store.add_trajectories(res.trajectories, stage="eval", step=step)
+        protocol = heldout_protocol(model=model, tokenizer_hashes=hashes, spec=spec, tasks=eval_tasks,
+                                    sampling=eval_sampling, budgets=budgets, n=recipe.eval.samples,
+                                    ks=recipe.eval.k, seed=seed + 7919)
+        # numbers are filed under the protocol's hash, so different protocols never share a column
+        record_evaluation(run.path, protocol, res.trajectories, run=run, step=step,
+                          extra={"policy_version": float(policy_version)})
         m = res.metrics()
-        loggers.log(m | {"eval/policy_version": policy_version}, stage="eval", step=step)
-        evals.append({"after": label, "step": step, **m})
+        evals.append({"after": label, "step": step, "protocol": protocol.column, **m})
         return m
 
     loggers = MetricLoggers(run, recipe.loggers, hparams=recipe.model_dump(mode="json"))
-    for note in loggers.notes:
-        _say(note)
     log_sft = lambda m, s: loggers.log(m, stage="sft", step=s)  # noqa: E731
     log_rl = lambda m, s: loggers.log(m, stage="rl", step=s)  # noqa: E731
     rl_steps_done = 0
@@ -140,7 +143,8 @@ def run_recipe(recipe: Recipe) -> RunResult:
             def on_ckpt(step, state, optimizer):
                 save_checkpoint(run.checkpoints / f"step_{step}", model, tokenizer,
                                 state={"stage": "rl", "step": step, "policy_version": state.policy_version,
-                                       "sampler_state": state.sampler_state, "optimizer": optimizer.state_dict()})
+                                       "sampler_state": state.sampler_state, "gate_state": state.gate_state,
+                                       "optimizer": optimizer.state_dict()})
 
             state = train_rl(model, tokenizer, engine, train_tasks, recipe, spec=spec, log=log_rl,
                              on_eval=lambda s, v: evaluate(s, v, f"rl step {s}"), on_checkpoint=on_ckpt,

@@ -24,6 +24,7 @@ from tracerl.contract import Trajectory
 from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
 from tracerl.tasks.task import Task
 from tracerl.telemetry import GateMonitor, GateTripped, step_metrics
+from tracerl.telemetry.exploration import tag_classifier, tokenizer_pieces
 from tracerl.train.batch import action_mask, pad_batch, token_logprobs
 from tracerl.train.optim import make_optimizer, warmup_constant
 
@@ -33,6 +34,7 @@ class RLState:
     step: int = 0
     policy_version: int = 0
     sampler_state: object = None
+    gate_state: dict | None = None
 
 
 def advantage_fn(name: str, scale: str) -> Callable[[torch.Tensor, list[str]], torch.Tensor]:
@@ -111,6 +113,9 @@ def train_rl(model, tokenizer, engine: TorchEngine, tasks: list[Task], recipe: R
     budgets = LoopBudgets(recipe.env.max_turns, recipe.env.max_tokens, recipe.env.max_new_tokens)
     sampling = recipe.sampling.model_dump()
     gates = GateMonitor(recipe.gates)
+    if state.gate_state:
+        gates.load_state_dict(state.gate_state)
+    classify = tag_classifier(tokenizer_pieces(tokenizer))
     bar = tqdm(total=cfg.steps, initial=state.step, desc="rl", disable=not progress, leave=False)
     while state.step < cfg.steps:
         t0 = time.time()
@@ -131,12 +136,14 @@ def train_rl(model, tokenizer, engine: TorchEngine, tasks: list[Task], recipe: R
         if stats:  # no optimizer step when every group had zero advantage
             sched.step()
         t_learn = time.time() - t1
+        # staleness is measured against the version that was current when the batch was sampled
+        metrics = step_metrics(trajs, advantages=adv, token_entropy=[entropy[t.trajectory_id] for t in trajs],
+                               loss_stats=stats, timings={"rollout": t_roll, "learner": t_learn},
+                               policy_version=state.policy_version, classify=classify)
         state.policy_version += 1
         state.step += 1
         state.sampler_state = rng.getstate()
-        metrics = step_metrics(trajs, advantages=adv, token_entropy=[entropy[t.trajectory_id] for t in trajs],
-                               loss_stats=stats, timings={"rollout": t_roll, "learner": t_learn},
-                               policy_version=state.policy_version)
+        state.gate_state = gates.state_dict()
         if on_eval and cfg.eval_every and state.step % cfg.eval_every == 0 and state.step < cfg.steps:
             metrics |= on_eval(state.step, state.policy_version)
         log(metrics, state.step)

@@ -89,7 +89,7 @@ def expert(task: Task, observations: list[str], rng: random.Random, *, tool_rate
     if not observations:
         uses_tool = random.Random(f"{task.id}:{rng.random()}").random() < tool_rate
         if uses_tool:
-            return f"<code>print({task.metadata['expression']})</code>"
+            return f"<code>{task.metadata['program']}</code>"
         return f"<answer>{task.answer}</answer>"
     m = re.search(r"<output>(.*)</output>", observations[-1], flags=re.DOTALL)
     return f"<answer>{m.group(1).strip() if m else task.answer}</answer>"

@@ -13,7 +13,7 @@ import random
 from tracerl.tasks.task import Task
 
 SOURCE = "math_tool"
-REVISION = "math_tool-gen-1"
+REVISION = "math_tool-gen-2"
 NAMES = ("Ann", "Bo", "Cy", "Dee", "Eli", "Fay", "Gus", "Ida", "Jo", "Kim", "Lu", "Max")
 ITEMS = ("apples", "coins", "books", "cards", "pens", "shells", "stamps", "eggs")
 HELDOUT_PERCENT = 20
@@ -25,24 +25,25 @@ def _num(rng: random.Random, d: float) -> int:
 
 
 def make_problem(rng: random.Random, difficulty: float) -> tuple[str, str, int]:
-    """Return (text, python expression, answer)."""
+    """Return (text, program, answer). The program mirrors the text one statement per sentence
+    (`x=23;x+=4*17;x*=2;print(x)`), so writing it is transcription, not planning."""
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     a = _num(rng, difficulty)
-    text, expr, value = f"{name} has {a} {item}.", str(a), a
+    text, expr, value = f"{name} has {a} {item}.", f"x={a}", a
     for _ in range(1 + round(3 * difficulty)):
         op = rng.choice(("add", "sub", "mul_add", "times"))
         b = _num(rng, difficulty)
         if op == "add":
-            text, expr, value = text + f" {name} gets {b} more.", f"{expr} + {b}", value + b
+            text, expr, value = text + f" {name} gets {b} more.", f"{expr};x+={b}", value + b
         elif op == "sub" and b <= value:
-            text, expr, value = text + f" {name} gives away {b}.", f"{expr} - {b}", value - b
+            text, expr, value = text + f" {name} gives away {b}.", f"{expr};x-={b}", value - b
         elif op == "mul_add":
             k = rng.randint(2, 9)
-            text, expr, value = text + f" {name} gets {k} bags of {b}.", f"{expr} + {k} * {b}", value + k * b
+            text, expr, value = text + f" {name} gets {k} bags of {b}.", f"{expr};x+={k}*{b}", value + k * b
         else:
             k = rng.randint(2, 4)
-            text, expr, value = text + f" The {item} are multiplied by {k}.", f"({expr}) * {k}", value * k
-    return text + f" How many {item} does {name} have?", expr, value
+            text, expr, value = text + f" The {item} are multiplied by {k}.", f"{expr};x*={k}", value * k
+    return text + f" How many {item} does {name} have?", expr + ";print(x)", value
 
 
 def split_of(text: str) -> str:
@@ -64,5 +65,5 @@ def generate(split: str = "train", n: int = 100, seed: int = 0,
         tid = hashlib.sha256(text.encode()).hexdigest()[:12]
         tasks.append(Task(id=f"math-{tid}", source=SOURCE, source_revision=REVISION, split=split,
                           prompt=text, answer=str(value), difficulty=round(d, 3),
-                          metadata={"expression": expr, "ops": expr.count(" ") // 2}))
+                          metadata={"program": expr, "ops": expr.count(";") - 1}))
     return tasks
