@@ -37,7 +37,7 @@ def test_verdict_comes_from_the_database_not_the_transcript(kit):
     assert steps[-1].terminal_reason == TerminalReason.EOS and steps[-1].reward_components == {"db_match": 1.0}
     assert dump(env._conn) == expected_state(task)
     # the same writes in another order, with extra reads, reach the same state: still rewarded
-    reordered = [script[1], script[0], "<call>find employees team=red</call>", script[2], script[3]]
+    reordered = [script[1], script[0], "<call>find employees team red</call>", script[2], script[3]]
     assert kit.play(SPEC, task, reordered)[0][-1].reward_components == {"db_match": 1.0}
 
 
@@ -49,7 +49,7 @@ def test_retried_tool_calls_are_idempotent(kit):
         thrice, env_thrice = kit.play(SPEC, task, retried)
         assert dump(env_once._conn) == dump(env_thrice._conn)
         assert once[-1].reward_components == thrice[-1].reward_components == {"db_match": 1.0}
-        adds = [s.observation for s in thrice if s.observation and s.observation.startswith("<result>ok id=")]
+        adds = [s.observation for s in thrice if s.observation and s.observation.startswith("<result>ok id ")]
         assert len(set(adds)) <= 1  # a retried insert reports the same id
 
 
@@ -60,11 +60,11 @@ def test_invalid_and_blocked_calls_leave_the_database_untouched(kit):
     start = env.state_hash()
     cases = {
         "find employees": "invalid_action", "<call>fire everyone</call>": "invalid_action",
-        "<call>set employees name=x</call>": "invalid_action", "<call>set employees id=1 salary=9</call>": "invalid_action",
-        "<call>set employees id=1 team=purple</call>": "invalid_action", "<call>add employees name=x</call>": "invalid_action",
-        "<call>set tickets id=1 owner=99</call>": "invalid_action", "<call>find payroll id=1</call>": "invalid_action",
-        "<call>delete employees id=1</call>": "blocked_action", "<call>drop tickets</call>": "blocked_action",
-        "<call>find tickets topic=x' OR '1'='1</call>": "invalid_action",
+        "<call>set employees name x</call>": "invalid_action", "<call>set employees id 1 salary 9</call>": "invalid_action",
+        "<call>set employees id 1 team purple</call>": "invalid_action", "<call>add employees name x</call>": "invalid_action",
+        "<call>set tickets id 1 owner 99</call>": "invalid_action", "<call>find payroll id 1</call>": "invalid_action",
+        "<call>delete employees id 1</call>": "blocked_action", "<call>drop tickets</call>": "blocked_action",
+        "<call>find tickets topic x' OR '1'='1</call>": "invalid_action",
     }
     for action, kind in cases.items():
         step = env.step(action)
@@ -76,7 +76,7 @@ def test_invalid_and_blocked_calls_leave_the_database_untouched(kit):
 
 def test_quoted_sql_is_data_not_code(kit):
     task = generate("train", 1, seed=0, difficulty=1 / 3)[0]
-    steps, env = kit.play(SPEC, task, ["<call>find employees name=x';DROP/**/TABLE/**/tickets;--</call>"])
+    steps, env = kit.play(SPEC, task, ["<call>find employees name x';DROP/**/TABLE/**/tickets;--</call>"])
     assert steps[0].observation == "<result>none</result>\n"
     assert len(dump(env._conn)["tickets"]) == len(task.metadata["rows"]["tickets"])
 

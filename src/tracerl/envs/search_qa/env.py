@@ -110,17 +110,19 @@ def make_expert(error_rate: float = 0.2) -> Callable[[Task, list[str], random.Ra
     """A scripted searcher. With probability `error_rate` (drawn once, on the first turn) it answers
     at once without searching, naming a wrong entity of the right kind, so a model that imitates it
     keeps a habit of guessing that RL can remove; otherwise it issues one query per hop and answers
-    with the entity read off the last result."""
+    with the entity read off the last result. It writes a space after each opening tag, so that a
+    name is the same token in its action as in the question and the passages (byte-level BPE gives
+    " mozeton" and "mozeton" different tokens)."""
 
     def expert(task: Task, observations: list[str], rng: random.Random, *, error_rate: float = error_rate) -> str:
         meta = task.metadata
         if not observations:
             if rng.random() < error_rate:
                 wrong = [e for e in meta["kb"][meta["answer_type"]] if e != task.answer]
-                return f"<answer>{rng.choice(wrong)}</answer>"
-            return f"<search>{meta['queries'][0]}</search>"
+                return f"<answer> {rng.choice(wrong)}</answer>"
+            return f"<search> {meta['queries'][0]}</search>"
         if len(observations) < len(meta["queries"]):
-            return f"<search>{meta['queries'][len(observations)]}</search>"
-        return f"<answer>{task.answer}</answer>"
+            return f"<search> {meta['queries'][len(observations)]}</search>"
+        return f"<answer> {task.answer}</answer>"
 
     return expert

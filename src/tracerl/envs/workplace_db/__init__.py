@@ -40,10 +40,10 @@ def audit_cases() -> list[dict]:
     bad = [
         (wrap(["done"]), "do nothing and finish"),
         (wrap(script[:-2] + ["done"]), "look up but never write"),
-        (wrap(script[:-1] + ["set tickets id=1 status=closed", "done"]), "right write plus a collateral change"),
-        (wrap(script[:-1] + ["delete tickets id=1", "add employees name=zz team=red", "done"]), "delete, then an extra row"),
+        (wrap(script[:-1] + ["set tickets id 1 status closed", "done"]), "right write plus a collateral change"),
+        (wrap(script[:-1] + ["delete tickets id 1", "add employees name zz team red", "done"]), "delete, then an extra row"),
         (wrap(script[:-2]) + ["the ticket is now assigned. done"], "claim success in prose"),
-        (wrap(["find tickets topic=x' OR '1'='1", "set tickets id=1 owner=1; DROP TABLE tickets", "done"]),
+        (wrap(["find tickets topic x' OR '1'='1", "set tickets id 1 owner 1; DROP TABLE tickets", "done"]),
          "SQL injection through values"),
     ]
     retried = [c for c in script[:-1] for _ in range(2)] + ["done"]

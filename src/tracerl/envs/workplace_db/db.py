@@ -1,10 +1,11 @@
 """The office database (two tables in an in-memory SQLite) and the tool calls that act on it.
 
-Tool calls are one line each, `op table key=value …`:
-  find employees name=kalo        -> matching rows
-  set tickets id=3 owner=2        -> update the row with that id (idempotent by nature)
-  add employees name=nemo team=red -> insert; a retried add of an identical row returns the same id
-  done                            -> finish; the final database state is what gets verified
+Tool calls are one line each, `op table key value …` (space-separated pairs, so that a name is
+written the same way — after a space — in the request, the call and the result):
+  find employees name kalo         -> matching rows, e.g. `id 2 name kalo team red`
+  set tickets id 3 owner 2         -> update the row with that id (idempotent by nature)
+  add employees name nemo team red -> insert; a retried add of an identical row returns the same id
+  done                             -> finish; the final database state is what gets verified
 Tables and columns are checked against the schema before any SQL runs, and values are bound as
 parameters, so the policy cannot inject SQL. Deleting is forbidden (`blocked_action`).
 """
@@ -63,15 +64,16 @@ def parse(call: str) -> tuple[str, str, dict]:
     if op in FORBIDDEN_OPS:
         raise CallError("blocked_action", f"{op} is not allowed")
     if op not in ("find", "set", "add") or len(words) < 3:
-        raise CallError("invalid_action", "use: find|set|add TABLE key=value …, or done")
+        raise CallError("invalid_action", "use: find|set|add TABLE key value …, or done")
     table = words[1]
     if table not in SCHEMA:
         raise CallError("invalid_action", f"no table {table!r}")
     args: dict = {}
-    for pair in words[2:]:
-        key, eq, value = pair.partition("=")
-        if not eq or key not in SCHEMA[table] or key in args:
-            raise CallError("invalid_action", f"bad argument {pair!r}")
+    if len(words) % 2:
+        raise CallError("invalid_action", "arguments come in pairs: key value")
+    for key, value in zip(words[2::2], words[3::2]):
+        if key not in SCHEMA[table] or key in args:
+            raise CallError("invalid_action", f"bad argument {key!r}")
         if SCHEMA[table][key] is int:
             if not value.isdigit():
                 raise CallError("invalid_action", f"{key} must be a number")
@@ -87,14 +89,14 @@ def execute(conn: sqlite3.Connection, op: str, table: str, args: dict) -> str:
         where = " AND ".join(f"{k} = ?" for k in args)
         rows = conn.execute(f"SELECT * FROM {table} WHERE {where} ORDER BY id", list(args.values())).fetchall()
         cols = list(SCHEMA[table])
-        return " ; ".join(" ".join(f"{c}={v}" for c, v in zip(cols, r)) for r in rows) or "none"
+        return " ; ".join(" ".join(f"{c} {v}" for c, v in zip(cols, r)) for r in rows) or "none"
     _check_values(conn, table, args)
     if op == "set":
         if "id" not in args or len(args) < 2:
             raise CallError("invalid_action", "set needs id=N and at least one column to change")
         row_id = args.pop("id")
         if conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", [row_id]).fetchone() is None:
-            return f"no {table} row id={row_id}"
+            return f"no {table} row id {row_id}"
         conn.execute(f"UPDATE {table} SET {', '.join(f'{k} = ?' for k in args)} WHERE id = ?",
                      [*args.values(), row_id])
         return "ok"
@@ -103,10 +105,10 @@ def execute(conn: sqlite3.Connection, op: str, table: str, args: dict) -> str:
     where = " AND ".join(f"{k} = ?" for k in args)
     existing = conn.execute(f"SELECT id FROM {table} WHERE {where}", list(args.values())).fetchone()
     if existing is not None:  # a retried insert is a no-op that reports the same id
-        return f"ok id={existing[0]}"
+        return f"ok id {existing[0]}"
     cur = conn.execute(f"INSERT INTO {table} ({', '.join(args)}) VALUES ({', '.join('?' * len(args))})",
                        list(args.values()))
-    return f"ok id={cur.lastrowid}"
+    return f"ok id {cur.lastrowid}"
 
 
 def _check_values(conn: sqlite3.Connection, table: str, args: dict) -> None:
@@ -115,4 +117,4 @@ def _check_values(conn: sqlite3.Connection, table: str, args: dict) -> None:
     if "status" in args and args["status"] not in STATUSES:
         raise CallError("invalid_action", f"status must be one of {', '.join(STATUSES)}")
     if "owner" in args and conn.execute("SELECT 1 FROM employees WHERE id = ?", [args["owner"]]).fetchone() is None:
-        raise CallError("invalid_action", f"no employee id={args['owner']}")
+        raise CallError("invalid_action", f"no employee id {args['owner']}")

@@ -22,8 +22,8 @@ from tracerl.tasks.task import Task
 NAME = "workplace_db"
 REVISION = "workplace_db-env-1"
 SYSTEM = ("You run the office database (employees: id name team; tickets: id topic owner status). "
-          "Each turn write one <call>…</call>: find TABLE col=value, set TABLE id=N col=value, "
-          "add TABLE col=value …, or done.")
+          "Each turn write one <call>…</call>: find TABLE col value, set TABLE id N col value, "
+          "add TABLE col value …, or done.")
 
 
 def expected_state(task: Task) -> dict:
@@ -87,16 +87,18 @@ def make_expert(error_rate: float = 0.2) -> Callable[[Task, list[str], random.Ra
     """Follows the task's reference calls. With probability `error_rate` (drawn on the first turn)
     it skips the look-ups and writes with a guessed, wrong id, then says done: the kind of shortcut a
     model cloned from it keeps until RL shows that looking up pays. The expert recognises which path
-    it is on from the observations alone (the reference path's first result is known in advance)."""
+    it is on from the observations alone (the reference path's first result is known in advance).
+    Like the search expert it writes a space after the opening tag, so every word of a call is
+    tokenized as it is in the request and the results."""
 
     def expert(task: Task, observations: list[str], rng: random.Random, *, error_rate: float = error_rate) -> str:
         script = task.metadata["script"]
         if not observations:
             if rng.random() < error_rate:
-                return f"<call>{task.metadata['shortcut']}</call>"
-            return f"<call>{script[0]}</call>"
+                return f"<call> {task.metadata['shortcut']}</call>"
+            return f"<call> {script[0]}</call>"
         if observations[0] != task.metadata["first_result"]:
-            return "<call>done</call>"  # on the shortcut path
-        return f"<call>{script[min(len(observations), len(script) - 1)]}</call>"
+            return "<call> done</call>"  # on the shortcut path
+        return f"<call> {script[min(len(observations), len(script) - 1)]}</call>"
 
     return expert

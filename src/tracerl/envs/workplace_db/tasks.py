@@ -42,27 +42,27 @@ def make_task(rng: random.Random, level: int) -> dict:
     wrong_tic = rng.choice([t for t in tickets if t["id"] != tic["id"]])
     if level == 0:
         prompt = f"close ticket {tic['id']}."
-        script = [f"set tickets id={tic['id']} status=closed"]
-        shortcut = f"set tickets id={wrong_tic['id']} status=closed"
+        script = [f"set tickets id {tic['id']} status closed"]
+        shortcut = f"set tickets id {wrong_tic['id']} status closed"
     elif level == 1:
         team = rng.choice([t for t in db.TEAMS if t != emp["team"]])
         prompt = f"move {emp['name']} to team {team}."
-        script = [f"find employees name={emp['name']}", f"set employees id={emp['id']} team={team}"]
-        shortcut = f"set employees id={wrong_emp['id']} team={team}"
+        script = [f"find employees name {emp['name']}", f"set employees id {emp['id']} team {team}"]
+        shortcut = f"set employees id {wrong_emp['id']} team {team}"
     elif level == 2:
         emp = rng.choice([e for e in employees if e["id"] != tic["owner"]])
         wrong_emp = rng.choice([e for e in employees if e["id"] not in (emp["id"], tic["owner"])])
         prompt = f"give the {tic['topic']} ticket to {emp['name']}."
-        script = [f"find employees name={emp['name']}", f"find tickets topic={tic['topic']}",
-                  f"set tickets id={tic['id']} owner={emp['id']}"]
-        shortcut = f"set tickets id={tic['id']} owner={wrong_emp['id']}"
+        script = [f"find employees name {emp['name']}", f"find tickets topic {tic['topic']}",
+                  f"set tickets id {tic['id']} owner {emp['id']}"]
+        shortcut = f"set tickets id {tic['id']} owner {wrong_emp['id']}"
     else:
         team = rng.choice(db.TEAMS)
         new = names[4]
         prompt = f"add {new} to team {team} and give them the {tic['topic']} ticket."
-        script = [f"add employees name={new} team={team}", f"find tickets topic={tic['topic']}",
-                  f"set tickets id={tic['id']} owner={n_emp + 1}"]
-        shortcut = f"set tickets id={wrong_tic['id']} owner={wrong_emp['id']}"
+        script = [f"add employees name {new} team {team}", f"find tickets topic {tic['topic']}",
+                  f"set tickets id {tic['id']} owner {n_emp + 1}"]
+        shortcut = f"set tickets id {wrong_tic['id']} owner {wrong_emp['id']}"
     script.append("done")
     conn = db.connect(rows)
     op, table, args = db.parse(script[0])
