@@ -18,7 +18,9 @@ def math_eq():
 @pytest.mark.parametrize("answer, reference", [
     ("0.5", "\\frac{1}{2}"), ("50%", "1/2"), ("2(x+1)", "2x + 2"), ("\\sqrt{8}", "2\\sqrt{2}"),
     ("\\frac{\\pi}{2}", "pi/2"), ("x = 3", "3"), ("(x+1)^2", "x^2 + 2x + 1"), ("\\sqrt[3]{27}", "3"),
-    ("1/\\sqrt{2}", "\\frac{\\sqrt{2}}{2}"), ("(1, 2)", "(1, 2)"), ("e^{0}", "1"),
+    ("1/\\sqrt{2}", "\\frac{\\sqrt{2}}{2}"), ("(1, 2)", "(1, 2)"), ("e^{0}", "1"), ("\\frac12", "0.5"),
+    ("2\\times10^{3}", "2000"), ("5\\text{ cm}", "5"), ("\\$5", "5"), ("10^{-3}", "0.001"),
+    ("\\dfrac{\\sqrt{3}}{2}", "\\sin(\\pi/3)"), ("\\pi r^2", "r^2\\pi"),
 ])
 def test_equivalent_forms_are_accepted(math_eq, answer, reference):
     assert math_eq.check(answer, reference).equal

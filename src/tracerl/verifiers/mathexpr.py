@@ -29,7 +29,8 @@ _LATEX_SIMPLE = [
     (r"\\ln\b", "ln"), (r"\\log\b", "log"), (r"\\exp\b", "exp"),
     (r"\\(arcsin|arccos|arctan)\b", lambda m: "a" + m.group(1)[3:]),
     (r"\\(sin|cos|tan|cot|sec|csc|sinh|cosh|tanh)\b", r"\1"),
-    (r"\\(?:text|mathrm|mathbf|operatorname)\{([^{}]*)\}", r"\1"),
+    (r"\\(?:text|mbox|mathrm)\{\s*[A-Za-z][A-Za-z .]+\}", ""),  # units and words: "5\text{ cm}" is 5
+    (r"\\(?:text|mathrm|mathbf|operatorname)\{([^{}]*)\}", r"\1"), (r"\\\$", ""),
     (r"\^\\circ|°", ""), (r"\\%|%", "/100"), (r"\\\{|\\\}", ""),
 ]
 
