@@ -45,7 +45,7 @@ from tracerl.sandbox.limits import ExecResult, Limits, Status
 from tracerl.sandbox.worker import Worker, WorkerDied
 
 MEMORY_EXIT = 250  # mirrors _program.MEMORY_EXIT
-HOST_GRACE_S = 3.0
+HOST_GRACE_S = 5.0  # past the zygote's own backstop (2 s): only a wedged zygote gets here
 
 _plans: dict[str, tuple[Plan, str]] = {}
 _plans_lock = threading.Lock()
