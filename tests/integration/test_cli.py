@@ -111,3 +111,21 @@ def test_gate_stops_training_with_checkpoint_and_exit_3(tmp_path):
     (event,) = run.store.events("gate")
     assert event["payload"]["gate"] == "entropy_floor" and event["step"] == 1
     run.close()
+
+
+def test_resume_continues_from_the_latest_checkpoint(smoke_run, tmp_path):
+    import shutil
+
+    from tracerl.store import RunDir
+
+    src, _ = smoke_run
+    run_dir = tmp_path / "copy"
+    shutil.copytree(src, run_dir)
+    proc = _run("train", "--resume", str(run_dir), "rl.steps=3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "resuming" in proc.stdout and "rl step   3/3" in proc.stdout and "rl step   1/" not in proc.stdout
+    assert (run_dir / "checkpoints" / "step_3" / "model.safetensors").exists()
+    run = RunDir(run_dir)
+    assert [e["step"] for e in run.store.events("resume")] == [2]
+    assert run.store.count("rl") == 3 * 4 * 4  # 2 original steps + 1 resumed, 16 episodes each
+    run.close()

@@ -7,6 +7,8 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="run a recipe (default: build tiny model -> sft -> eval -> rl -> eval)")
     p.add_argument("recipe", nargs="?", default="default", help="shipped recipe name or path to a YAML file")
     p.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. rl.steps=10 run.dir=/tmp/run")
+    p.add_argument("--resume", metavar="RUN_DIR", default=None,
+                   help="continue RUN_DIR from its latest RL checkpoint (its config.yaml, plus any overrides)")
     p.set_defaults(func=run)
 
 
@@ -17,9 +19,19 @@ def run(args) -> int:
     if "=" in recipe_arg:  # `tracerl train rl.steps=5`: an override, not a recipe name
         overrides.insert(0, recipe_arg)
         recipe_arg = "default"
+    if args.resume:
+        from pathlib import Path
+
+        from tracerl.store import RunDir
+
+        recipe_arg = str(RunDir(args.resume).config_path)  # the run's own resolved config
+        if not Path(recipe_arg).exists():
+            from tracerl.errors import UserError
+
+            raise UserError(f"{args.resume} has no config.yaml; it cannot be resumed")
     recipe = load_recipe(recipe_arg, overrides)  # fails before anything runs
 
     from tracerl.train.pipeline import run_recipe
 
-    run_recipe(recipe)
+    run_recipe(recipe, resume=args.resume)
     return 0

@@ -19,15 +19,16 @@ from tracerl.config import Recipe
 from tracerl.envs import get_env
 from tracerl.eval.heldout import run_heldout
 from tracerl.eval.record import heldout_protocol, record_evaluation
-from tracerl.manifest import build_manifest
+from tracerl.errors import UserError
+from tracerl.manifest import build_manifest, sha256_text
 from tracerl.models import build_tiny, load_model_and_tokenizer, tokenizer_hashes
 from tracerl.rollout import LoopBudgets, TorchEngine
 from tracerl.store import RunDir
 from tracerl.tasks.task import tasks_sha256
 from tracerl.telemetry import MetricLoggers
-from tracerl.train.checkpoint import save_checkpoint
+from tracerl.train.checkpoint import load_trainer_state, save_checkpoint
 from tracerl.train.demos import collect_demos, demo_texts, tokenize_demo
-from tracerl.train.rl import train_rl
+from tracerl.train.rl import RLState, train_rl
 from tracerl.train.sft import train_sft
 
 
@@ -52,34 +53,61 @@ def _sandbox_revision() -> dict:
         return {"revision": None, "error": repr(err)}
 
 
-def run_recipe(recipe: Recipe) -> RunResult:
-    t_start = time.time()
-    torch.set_num_threads(recipe.run.threads)
-    torch.manual_seed(recipe.run.seed)
+def _quiet_transformers() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    if recipe.model.path is not None:  # a bad path fails before anything is written
-        model, tokenizer = load_model_and_tokenizer(recipe.model.path, gguf_file=recipe.model.gguf_file,
-                                                    dtype=recipe.model.dtype)
-    run = RunDir(recipe.run.dir, create=True) if recipe.run.dir else RunDir.new(recipe.run.root, recipe.run.name)
+
+
+def _resume_point(run: RunDir, recipe: Recipe) -> tuple[Path, dict, list[str]]:
+    """The latest checkpoint, its trainer state, and the stages still to run from it."""
+    ckpt = run.latest_checkpoint()
+    if ckpt is None:
+        raise UserError(f"{run.path} has no checkpoint to resume from; start it again with `tracerl train`")
+    state = load_trainer_state(ckpt)
+    if state.get("stage") != "rl" or "rl" not in recipe.stages:
+        raise UserError(f"the latest checkpoint of {run.path} is not inside an RL stage; nothing to resume")
+    rest = recipe.stages[recipe.stages.index("rl"):]
+    if state["step"] >= recipe.rl.steps:
+        rest = rest[1:]
+    return ckpt, state, rest
+
+
+def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult:
+    """Run every stage of `recipe`; with `resume`, continue that run from its latest RL checkpoint."""
+    t_start = time.time()
+    torch.set_num_threads(recipe.run.threads)
+    torch.manual_seed(recipe.run.seed)
+    _quiet_transformers()
+    rl_state, stages = None, list(recipe.stages)
+    if resume is not None:
+        run = RunDir(resume)
+        ckpt, saved, stages = _resume_point(run, recipe)
+        model, tokenizer = load_model_and_tokenizer(ckpt)
+        torch.set_rng_state(saved["torch_rng"])
+        rl_state = RLState(**{k: saved[k] for k in RLState.__dataclass_fields__ if k in saved})
+        _say(f"resuming {run.path} from {ckpt.name} (policy version {rl_state.policy_version})")
+    else:
+        if recipe.model.path is not None:  # a bad path fails before anything is written
+            model, tokenizer = load_model_and_tokenizer(recipe.model.path, gguf_file=recipe.model.gguf_file,
+                                                        dtype=recipe.model.dtype)
+        run = RunDir(recipe.run.dir, create=True) if recipe.run.dir else RunDir.new(recipe.run.root, recipe.run.name)
+        _say(f"run directory: {run.path}")
     config_yaml = yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)
     run.config_path.write_text(config_yaml)
-    _say(f"run directory: {run.path}")
 
     spec = get_env(recipe.env.name)
     seed = recipe.run.seed
     train_tasks = spec.generate("train", recipe.env.train_tasks, seed, tuple(recipe.env.train_difficulty))
     heldout = spec.generate("heldout", recipe.env.heldout_tasks, seed, tuple(recipe.env.heldout_difficulty))
     demos = []
-    if "sft" in recipe.stages or recipe.model.path is None:
+    if resume is None and ("sft" in stages or recipe.model.path is None):
         t0 = time.time()
         demos = collect_demos(spec, train_tasks[: recipe.sft.demos], seed=seed, max_turns=recipe.env.max_turns,
                               expert_kwargs={"tool_rate": recipe.sft.expert_tool_rate})
         _say(f"collected {len(demos)} expert demonstrations through {spec.name} in {time.time() - t0:.1f}s")
-
-    if recipe.model.path is None:
+    if resume is None and recipe.model.path is None:
         tiny = recipe.model.tiny
         t0 = time.time()
         corpus = demo_texts(demos) + [str(t.prompt) for t in heldout]
@@ -91,22 +119,29 @@ def run_recipe(recipe: Recipe) -> RunResult:
         _say(f"built tiny model ({n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}) in {time.time() - t0:.1f}s")
     tokenizer.save_pretrained(run.path / "tokenizer")
     hashes = tokenizer_hashes(tokenizer)
-    run.write_manifest(build_manifest(
-        config_yaml=config_yaml, seeds={"run": seed}, tokenizer=hashes,
-        tasks={"source": spec.name, "train_sha256": tasks_sha256(train_tasks), "heldout_sha256": tasks_sha256(heldout),
-               "revisions": sorted({t.source_revision for t in train_tasks + heldout}),
-               "train": len(train_tasks), "heldout": len(heldout)},
-        env={"name": spec.name, "revision": spec.revision}, verifier={"name": f"{spec.name}.verify", "revision": spec.revision},
-        sandbox=_sandbox_revision(), truncation_policy=recipe.rl.truncation,
-        model={"path": recipe.model.path, "gguf_file": recipe.model.gguf_file, "tiny": recipe.model.path is None}))
+    if resume is None:
+        run.write_manifest(build_manifest(
+            config_yaml=config_yaml, seeds={"run": seed}, tokenizer=hashes,
+            tasks={"source": spec.name, "train_sha256": tasks_sha256(train_tasks),
+                   "heldout_sha256": tasks_sha256(heldout), "train": len(train_tasks), "heldout": len(heldout),
+                   "revisions": sorted({t.source_revision for t in train_tasks + heldout})},
+            env={"name": spec.name, "revision": spec.revision},
+            verifier={"name": f"{spec.name}.verify", "revision": spec.revision},
+            sandbox=_sandbox_revision(), truncation_policy=recipe.rl.truncation,
+            model={"path": recipe.model.path, "gguf_file": recipe.model.gguf_file, "tiny": recipe.model.path is None}))
+    else:
+        run.store.add_event("resume", f"resumed at RL step {rl_state.step}", stage="rl", step=rl_state.step,
+                            payload={"config_sha256": sha256_text(config_yaml)})
 
     engine = TorchEngine(model, tokenizer)
     budgets = LoopBudgets(recipe.env.max_turns, recipe.env.max_tokens, recipe.env.max_new_tokens)
     eval_tasks = heldout[: recipe.eval.tasks]
     eval_sampling = {"temperature": recipe.eval.temperature, "top_p": recipe.eval.top_p, "top_k": 0}
-    evals: list[dict] = []
-    version = 0
-    last_stage = "base"
+    summary_path = run.path / "summary.json"
+    evals: list[dict] = json.loads(summary_path.read_text())["evals"] if summary_path.exists() else []
+    version = rl_state.policy_version if rl_state else 0
+    rl_steps_done = rl_state.step if rl_state else 0
+    last_stage = "rl" if rl_state else "base"
 
     def evaluate(step: int, policy_version: int, label: str) -> dict[str, float]:
         res = run_heldout(engine, spec, eval_tasks, samples=recipe.eval.samples, ks=recipe.eval.k,
@@ -120,13 +155,16 @@ def run_recipe(recipe: Recipe) -> RunResult:
                           extra={"policy_version": float(policy_version)})
         m = res.metrics()
         evals.append({"after": label, "step": step, "protocol": protocol.column, **m})
+        summary_path.write_text(json.dumps({"evals": evals}, indent=2))
         return m
+
+    def on_ckpt(step: int, state: RLState) -> None:
+        save_checkpoint(run.checkpoints / f"step_{step}", model, tokenizer, state={"stage": "rl", **state.as_dict()})
 
     loggers = MetricLoggers(run, recipe.loggers, hparams=recipe.model_dump(mode="json"))
     log_sft = lambda m, s: loggers.log(m, stage="sft", step=s)  # noqa: E731
     log_rl = lambda m, s: loggers.log(m, stage="rl", step=s)  # noqa: E731
-    rl_steps_done = 0
-    for stage in recipe.stages:
+    for stage in stages:
         if stage == "sft":
             examples = [tokenize_demo(tokenizer, d) for d in demos]
             _say(f"sft: {len(examples)} demonstrations, {recipe.sft.epochs} epochs")
@@ -140,22 +178,17 @@ def run_recipe(recipe: Recipe) -> RunResult:
                  f"(avg@{recipe.eval.samples} over {len(eval_tasks)} tasks), tool calls/episode "
                  f"{m['eval/tool_calls_per_episode']:.2f}")
         elif stage == "rl":
-            def on_ckpt(step, state, optimizer):
-                save_checkpoint(run.checkpoints / f"step_{step}", model, tokenizer,
-                                state={"stage": "rl", "step": step, "policy_version": state.policy_version,
-                                       "sampler_state": state.sampler_state, "gate_state": state.gate_state,
-                                       "optimizer": optimizer.state_dict()})
-
             state = train_rl(model, tokenizer, engine, train_tasks, recipe, spec=spec, log=log_rl,
                              on_eval=lambda s, v: evaluate(s, v, f"rl step {s}"), on_checkpoint=on_ckpt,
-                             store=run.store, tokenizer_hashes=hashes, progress=recipe.run.progress)
+                             store=run.store, tokenizer_hashes=hashes, progress=recipe.run.progress,
+                             state=rl_state or RLState(policy_version=version))
             version, rl_steps_done, last_stage = state.policy_version, state.step, "rl"
     final = run.checkpoints / f"step_{rl_steps_done}"
     if not final.exists():
         save_checkpoint(final, model, tokenizer, state={"stage": last_stage, "step": rl_steps_done,
                                                         "policy_version": version})
     result = RunResult(run.path, [e for e in evals if not e["after"].startswith("rl step")], time.time() - t_start)
-    (run.path / "summary.json").write_text(json.dumps({"evals": evals, "wall_s": result.wall_s}, indent=2))
+    summary_path.write_text(json.dumps({"evals": evals, "wall_s": result.wall_s}, indent=2))
     _print_table(result, recipe)
     loggers.close()
     run.close()

@@ -31,10 +31,18 @@ from tracerl.train.optim import make_optimizer, warmup_constant
 
 @dataclasses.dataclass
 class RLState:
+    """Everything a resumed RL stage needs to draw the same next batch and take the same step."""
+
     step: int = 0
     policy_version: int = 0
-    sampler_state: object = None
+    sampler_state: object = None  # task sampler RNG
+    generator_state: torch.Tensor | None = None  # rollout sampling RNG
     gate_state: dict | None = None
+    optimizer_state: dict | None = None
+    scheduler_state: dict | None = None
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 def advantage_fn(name: str, scale: str) -> Callable[[torch.Tensor, list[str]], torch.Tensor]:
@@ -99,17 +107,22 @@ def rl_update(model, optimizer, trajs: list[Trajectory], adv_B: torch.Tensor, we
 
 
 def train_rl(model, tokenizer, engine: TorchEngine, tasks: list[Task], recipe: Recipe, *, spec, log,
-             on_eval: Callable[[int, int], dict[str, float]] | None, on_checkpoint: Callable[[int, RLState, object], None],
+             on_eval: Callable[[int, int], dict[str, float]] | None, on_checkpoint: Callable[[int, RLState], None],
              store, tokenizer_hashes: dict[str, str], progress: bool = True, state: RLState | None = None) -> RLState:
     cfg = recipe.rl
     state = state or RLState()
     rng = random.Random(f"rl-sampler:{recipe.run.seed}")
     if state.sampler_state is not None:
         rng.setstate(state.sampler_state)
-    gen = torch.Generator().manual_seed(recipe.run.seed * 1000 + state.step)
+    gen = torch.Generator().manual_seed(recipe.run.seed * 1000)
+    if state.generator_state is not None:
+        gen.set_state(state.generator_state)
     adv_fn = advantage_fn(cfg.advantage, cfg.advantage_scale)
     optimizer = make_optimizer(model, cfg.lr)
     sched = warmup_constant(optimizer, warmup=3)
+    if state.optimizer_state is not None:
+        optimizer.load_state_dict(state.optimizer_state)
+        sched.load_state_dict(state.scheduler_state)
     budgets = LoopBudgets(recipe.env.max_turns, recipe.env.max_tokens, recipe.env.max_new_tokens)
     sampling = recipe.sampling.model_dump()
     gates = GateMonitor(recipe.gates)
@@ -144,6 +157,8 @@ def train_rl(model, tokenizer, engine: TorchEngine, tasks: list[Task], recipe: R
         state.step += 1
         state.sampler_state = rng.getstate()
         state.gate_state = gates.state_dict()
+        state.generator_state = gen.get_state()
+        state.optimizer_state, state.scheduler_state = optimizer.state_dict(), sched.state_dict()
         if on_eval and cfg.eval_every and state.step % cfg.eval_every == 0 and state.step < cfg.steps:
             metrics |= on_eval(state.step, state.policy_version)
         log(metrics, state.step)
@@ -155,12 +170,12 @@ def train_rl(model, tokenizer, engine: TorchEngine, tasks: list[Task], recipe: R
         bar.update()
         trip = gates.update(state.step, metrics)
         if trip is not None:  # stop cleanly: state saved, the event recorded, then a non-zero exit
-            on_checkpoint(state.step, state, optimizer)
+            on_checkpoint(state.step, state)
             store.add_event("gate", trip.reason, stage="rl", step=state.step, payload=trip.as_dict())
             bar.close()
             raise GateTripped(trip)
         if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0:
-            on_checkpoint(state.step, state, optimizer)
+            on_checkpoint(state.step, state)
     bar.close()
     return state
 
