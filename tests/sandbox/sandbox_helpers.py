@@ -1,6 +1,7 @@
 """Helpers shared by the sandbox tests (imported by name; tests/ has no packages)."""
 
 import os
+import time
 
 from tracerl.sandbox import Limits
 
@@ -26,3 +27,14 @@ def descendants(pid: int) -> set[int]:
             found.add(child)
             todo.append(child)
     return found
+
+
+def settles(worker_pid: int, idle_count: int, timeout_s: float = 2.0) -> bool:
+    """The worker's process tree shrinks back to its idle size (bwrap's init, the zygote and the
+    armed init of the next call): nothing of the last call outlived it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if len(descendants(worker_pid)) <= idle_count:
+            return True
+        time.sleep(0.05)
+    return False

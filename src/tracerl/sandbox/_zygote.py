@@ -7,8 +7,9 @@ per call:
 
   zygote ──clone(new mount/PID/IPC/UTS namespaces)──► call init (PID 1 of the call)
             joins an empty network namespace lent from a pool (never two live calls in one),
-            mounts a fresh size-capped tmpfs on /work, /tmp and /dev/shm and a new /proc, writes
-            the files, then
+            mounts a fresh tmpfs on /work, /tmp and /dev/shm and a new /proc — all before the
+            request arrives (the "armed" init; the next one is armed while a call runs) — then,
+            with the request, sizes the tmpfs to the call's limit, writes the files, and
             └─fork──► program: a user namespace of its own (so RLIMIT_NPROC counts this call's
                       processes only), rlimits, all capabilities dropped, no_new_privs, fds 3+
                       closed, clean environment, a fresh __main__
@@ -29,6 +30,7 @@ program is reported by init as `crash` (infrastructure), never as the program's 
 # helpers (libc, _check, _mount, _write_id_maps, _run_program, ...) it uses.
 
 BACKSTOP_S = 2.0  # the zygote kills a call this long after its own wall clock should have
+SPARE_DISK_BYTES = 64 << 20  # the armed tmpfs's size until a request resizes it
 SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220, "ppc64le": 120, "s390x": 120}.get(os.uname().machine, 56)
 pyapi = ctypes.PyDLL(None, use_errno=True)  # calls that keep the GIL, as os.fork does
 
@@ -41,12 +43,12 @@ class _Deadline(Exception):
     pass
 
 
-def _setup_namespaces(limits, netns_fd):
+def _setup_namespaces(disk_bytes, netns_fd):
     """In the call's init: join its network namespace, mount a private size-capped tmpfs and a new /proc."""
     _check(libc.setns(netns_fd, CLONE_NEWNET), "setns net")
     name = b"sandbox"
     libc.sethostname(name, len(name))
-    opts = f"size={limits['disk_bytes']},nr_inodes=4096,mode=0755,uid=0,gid=0"
+    opts = f"size={disk_bytes},nr_inodes=4096,mode=0755,uid=0,gid=0"
     _mount("tmpfs", "/sandbox", "tmpfs", MS_NOSUID | MS_NODEV, opts)
     for sub, target in (("work", "/work"), ("tmp", "/tmp"), ("shm", "/dev/shm")):
         os.mkdir(f"/sandbox/{sub}", 0o755 if sub == "work" else 0o1777)
@@ -93,8 +95,25 @@ def _clone_into_namespaces():
     return pid
 
 
-def _call(req, fds, ctrl, config, netns_fd):
-    """The call's monitor and init (PID 1 of its namespaces): set up, run the program, report."""
+def _armed(sock, ctrl, config, netns_fd):
+    """A call's init made before its request arrives: namespaces and mounts are ready, so the
+    request only pays for the program. Exits if its setup fails (the zygote sees a dead spare)."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    workdir = _setup_namespaces(SPARE_DISK_BYTES, netns_fd)
+    msg, fds, _, _ = socket.recv_fds(sock, 1 << 17, 8)
+    if not msg:
+        os._exit(0)
+    sock.close()
+    head, _, inline = msg.partition(b"\n")
+    req = json.loads(head)
+    req["inline"] = inline
+    _call(req, fds, ctrl, config, workdir)
+
+
+def _call(req, fds, ctrl, config, workdir):
+    """The call's monitor and init (PID 1 of its namespaces): files, the program, the report."""
     call_id, namespaces = req["id"], config["namespaces"]
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -115,7 +134,10 @@ def _call(req, fds, ctrl, config, netns_fd):
     limits, code = payload["limits"], payload["code"]
     try:
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-        workdir = _setup_namespaces(limits, netns_fd) if namespaces else _private_dir(config["workbase"])
+        if namespaces:  # the tmpfs was mounted ahead of the request: give it this call's size
+            _mount("none", "/work", None, MS_REMOUNT, f"size={limits['disk_bytes']}")
+        else:
+            workdir = _private_dir(config["workbase"])
         _write_files(workdir, payload["files"])
     except OSError as exc:
         _send(ctrl, {"id": call_id, "status": "crash", "reason": f"sandbox setup failed: {exc}"})
@@ -198,15 +220,42 @@ class NetPool:
         self.free.append(fd)
 
 
-def _spawn(req, fds, ctrl, config, netns_fd):
-    """Start one call in a child; returns the child's pid (in the zygote's PID namespace)."""
-    pid = _clone_into_namespaces() if config["namespaces"] else os.fork()
+def _spawn(req, fds, ctrl, config):
+    """Without namespaces: start one call in a child; returns its pid."""
+    pid = os.fork()
     if pid == 0:
         try:
-            _call(req, fds, ctrl, config, netns_fd)
+            _call(req, fds, ctrl, config, None)
         finally:
             os._exit(1)
     return pid
+
+
+class Spare:
+    """The next call's init, armed ahead (see `_armed`)."""
+
+    def __init__(self, ctrl, config, pool):
+        self.sock, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.netns = pool.take()
+        self.pid = _clone_into_namespaces()
+        if self.pid == 0:
+            try:
+                self.sock.close()
+                _armed(child_end, ctrl, config, self.netns)
+            finally:
+                os._exit(1)
+        child_end.close()
+
+    def dispatch(self, msg, fds):
+        """Hand the request over; False when the spare died before it (then it is reaped)."""
+        try:
+            socket.send_fds(self.sock, [msg], fds)
+            return True
+        except OSError:
+            os.waitpid(self.pid, 0)
+            return False
+        finally:
+            self.sock.close()
 
 
 def _enter_own_user_namespace():
@@ -224,7 +273,7 @@ def _probe(pool):
     pid = _clone_into_namespaces()
     if pid == 0:
         try:
-            _setup_namespaces({"disk_bytes": 1 << 20}, netns)
+            _setup_namespaces(1 << 20, netns)
             if os.fork() == 0:
                 _check(libc.unshare(CLONE_NEWUSER), "unshare user")
                 _write_id_maps(UID_IN_CALL, (0, 0))
@@ -277,6 +326,7 @@ def main():
     calls = {}  # pidfd -> (pid, call id, deadline, netns fd)
     by_id = {}  # call id -> pid
     killed = {}  # call id -> result to send when its init is reaped
+    spare = Spare(ctrl, config, pool) if config["namespaces"] and config["preload"] else None
     while True:
         now = time.monotonic()
         timeout = min((c[2] for c in calls.values()), default=now + 3600) - now
@@ -294,22 +344,36 @@ def main():
                         killed[req["kill"]] = {"status": "killed", "reason": "killed on the host's request"}
                         os.kill(pid, signal.SIGKILL)
                     continue
-                netns = pool.take() if config["namespaces"] else None
+                pid, netns = None, None
                 try:
-                    pid = _spawn(req, fds, ctrl, config, netns)
+                    if not config["namespaces"]:
+                        pid = _spawn(req, fds, ctrl, config)
+                    else:
+                        for _ in range(2):  # a spare that died while armed is replaced once
+                            spare = spare or Spare(ctrl, config, pool)
+                            if spare.dispatch(msg, fds):
+                                pid, netns = spare.pid, spare.netns
+                                spare = None
+                                break
+                            pool.give(spare.netns)
+                            spare = None
+                        if pid is None:
+                            raise OSError("the call's init could not be prepared")
                 except OSError as exc:
                     _send(ctrl, {"id": req["id"], "status": "crash", "reason": f"could not start the call: {exc}"})
-                    pid = None
                 for f in fds:
                     os.close(f)
                 if pid is None:
-                    if netns is not None:
-                        pool.give(netns)
                     continue
                 pidfd = os.pidfd_open(pid)
                 calls[pidfd] = (pid, req["id"], time.monotonic() + req["wall_s"] + BACKSTOP_S, netns)
                 by_id[req["id"]] = pid
                 poller.register(pidfd, select.POLLIN)
+                if config["namespaces"]:
+                    try:  # arm the next call's init while this one runs
+                        spare = Spare(ctrl, config, pool)
+                    except OSError:
+                        spare = None
             else:
                 pid, call_id, _, netns = calls.pop(fd)
                 poller.unregister(fd)
