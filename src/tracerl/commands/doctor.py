@@ -109,7 +109,7 @@ def _print(report: dict, short: bool, required: str | None) -> None:
         print(f"  - {line}")
     print("live checks:")
     for c in report["checks"]:
-        print(f"  [{'ok' if c['ok'] else 'FAIL':>4}] {c['check']:<24} expect {c['expect']:<28} got {c['status']}")
+        print(f"  [{'ok' if c['ok'] else 'FAIL':>4}] {c['check']:<24} expect {c['expect']:<32} got {c['status']}")
     v = report["verifier_worker"]
     print(f"  [{'ok' if v['ok'] else 'FAIL':>4}] {v['check']:<24} {v['detail']}")
     print(f"warm call latency (median of 20): {report['warm_call_ms_median']} ms")

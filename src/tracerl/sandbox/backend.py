@@ -102,7 +102,8 @@ def full_plan(python: str) -> Plan | None:
         "per call: fresh size-capped tmpfs on /work, /tmp and /dev/shm, gone when the call ends",
         "per call: the whole process tree killed by PID-namespace teardown at the wall-clock limit",
         "rlimits: CPU, address space, processes (per call), file size, open files, no core dumps",
-        "all capabilities dropped, no_new_privs, file descriptors 3+ closed, clean environment",
+        "all capabilities dropped, no_new_privs, no user namespaces below the call's own",
+        "file descriptors 3+ closed, clean environment, a fresh session keyring (/proc/keys hidden)",
     ]
     run_as = NOBODY if os.geteuid() == 0 else None
     if run_as is not None:
