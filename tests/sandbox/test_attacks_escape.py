@@ -193,3 +193,13 @@ def test_kernel_keyrings_do_not_carry_state_between_calls(box):
             "print(repr(open('/proc/keys').read()))")
     assert box.run(plant).stdout == "True\nTrue\nTrue\n"  # planting works inside its own call
     assert box.run(look).stdout == "-1\n-1\n-1\n''\n"  # ...and is gone for the next one
+
+
+def test_concurrent_calls_do_not_share_ptys(box):
+    """Attack: open a pseudo-terminal in one call and look for it from a concurrent one (a
+    shared devpts would be a channel between calls)."""
+    opener = ("import os, time\nfd = os.open('/dev/ptmx', os.O_RDWR)\nprint(sorted(os.listdir('/dev/pts')))\n"
+              "time.sleep(0.8)")
+    looker = "import os, time\ntime.sleep(0.3)\nprint(sorted(os.listdir('/dev/pts')))"
+    a, b = box.run_many([opener, looker], concurrency=2)
+    assert a.stdout == "['0', 'ptmx']\n" and b.stdout == "['ptmx']\n"

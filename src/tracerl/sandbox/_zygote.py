@@ -56,6 +56,8 @@ def _setup_namespaces(disk_bytes, netns_fd):
             _mount(f"/sandbox/{sub}", target, None, MS_BIND)
     _check(libc.umount2(b"/sandbox", MNT_DETACH), "umount /sandbox")
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    if os.path.isdir("/dev/pts"):  # ptys of its own: a shared devpts would let concurrent calls talk
+        _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
     for hidden in ("/proc/keys", "/proc/key-users"):  # key descriptions of earlier calls (same host uid)
         if os.path.exists(hidden):
             _mount("/dev/null", hidden, None, MS_BIND)
