@@ -18,6 +18,8 @@ What is isolated (level "full", bubblewrap + namespaces, see `isolation_report()
 What is NOT isolated:
   * the kernel itself: a kernel exploit escapes (there is no seccomp filter and no VM);
   * side channels: timing, cache, CPU frequency and co-tenant load are shared with the host;
+  * covert signalling between *concurrent* calls through the shared read-only files (advisory
+    locks or inotify on /usr): no data is stored, but two live calls could agree on bits;
   * total memory of all calls: RLIMIT_AS is per process, so nproc x memory_bytes bounds a call;
     tmpfs pages count against the machine's memory;
   * CPU share: a call can use every core up to its CPU-seconds budget (no cgroup quota);
