@@ -39,11 +39,11 @@ def test_grading_by_hand():
 
 def test_expert_episodes_and_rate(kit):
     # untested bug submissions (error_rate) always fail a hidden test: success = 1 - error_rate.
-    # 80 episodes at 0.25: binomial sd 0.048, tolerance 0.15
-    tasks = generate("train", 80, seed=2)
-    assert kit.success_rate(SPEC, tasks[:20], seed=0, error_rate=0.0) == 1.0
+    # 60 episodes at 0.25: binomial sd 0.056, tolerance 0.17 (each episode costs 2-3 sandbox calls)
+    tasks = generate("train", 60, seed=2)
+    assert kit.success_rate(SPEC, tasks[:10], seed=0, error_rate=0.0) == 1.0
     rate = kit.success_rate(SPEC, tasks, seed=1, error_rate=0.25)
-    assert abs(rate - 0.75) <= 0.15
+    assert abs(rate - 0.75) <= 0.17
 
 
 def test_draft_error_is_caught_by_the_tool_and_fixed(kit):

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from tracerl.contract.roles import TerminalReason
 from tracerl.envs.base import Message, Step
 from tracerl.envs.grammar import parse_tagged
-from tracerl.envs.text_world.world import apply, candidate_actions, describe, is_goal, plan
+from tracerl.envs.text_world.world import apply, candidate_actions, describe, is_goal
 from tracerl.tasks.task import Task
 
 NAME = "text_world"
@@ -82,38 +82,26 @@ class TextWorldEnv:
 
 
 def make_expert(error_rate: float = 0.25) -> Callable[[Task, list[str], random.Random], str]:
-    """A planner with ε-noise. The expert reconstructs the hidden state by replaying the world from
-    the observations it has seen (each valid step's observation is unique to the action that caused
-    it), then takes the first action of a shortest plan; with probability `error_rate` per turn it
-    instead issues an action that is invalid in the current state (a wall, a missing item). Each such
-    slip wastes one step without changing the state, so with a plan of length L and a step limit of
-    L + slack the episode succeeds iff at most `slack` slips happen before the plan completes:
-    P(success) = Σ_{k≤slack} C(L+k−1, k) ε^k (1−ε)^L (see `expected_success`)."""
+    """The shortest plan (computed by breadth-first search when the task was generated) with
+    ε-noise: with probability `error_rate` per turn the expert instead issues an action that is
+    invalid in the current state (a wall, a missing item). A slip wastes one step and leaves the
+    state unchanged, so the expert's state is always the plan's prefix after its valid steps, and
+    with a plan of length L and a step limit of L + slack the episode succeeds iff at most `slack`
+    slips happen before the plan completes: P(success) = Σ_{k≤slack} C(L+k−1, k) ε^k (1−ε)^L
+    (`expected_success`)."""
 
     def expert(task: Task, observations: list[str], rng: random.Random, *, error_rate: float = error_rate) -> str:
-        world = task.metadata["world"]
-        state = _state_after(world, observations)
+        world, best = task.metadata["world"], task.answer
+        done = [o for o in observations if not o.startswith("<error>")]
         if rng.random() < error_rate:
+            state = copy.deepcopy(world["state"])
+            for act in best[: len(done)]:
+                state = apply(world, state, act)[0]
             bad = [a for a in candidate_actions(world, state) if apply(world, state, a)[0] is None]
             return f"<action>{rng.choice(bad)}</action>"
-        return f"<action>{plan(world, state)[0]}</action>"
+        return f"<action>{best[len(done)]}</action>"
 
     return expert
-
-
-def _state_after(world: dict, observations: list[str]) -> dict:
-    """Rebuilds the state from observations alone: a valid step's observation determines the action
-    (the planner is replayed against each), an invalid one leaves the state unchanged."""
-    state = copy.deepcopy(world["state"])
-    for obs in observations:
-        if obs.startswith("<error>"):
-            continue
-        for act in candidate_actions(world, state):
-            nxt, msg = apply(world, state, act)
-            if nxt is not None and obs == f"<obs>{msg}</obs>\n":
-                state = nxt
-                break
-    return state
 
 
 def expected_success(plan_len: int, slack: int, error_rate: float) -> float:
