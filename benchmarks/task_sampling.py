@@ -20,8 +20,11 @@ from __future__ import annotations
 import argparse
 import copy
 import hashlib
+import inspect
 import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -50,8 +53,9 @@ def sft_start(recipe, seed: int, workdir: str):
     spec = get_env(recipe.env.name)
     train = spec.generate("train", recipe.env.train_tasks, seed, tuple(recipe.env.train_difficulty))
     heldout = spec.generate("heldout", recipe.env.heldout_tasks, seed, tuple(recipe.env.heldout_difficulty))
-    key = hashlib.sha256(json.dumps([recipe.model.model_dump(), recipe.sft.model_dump(), recipe.env.model_dump()],
-                                    sort_keys=True).encode()).hexdigest()[:10]
+    env_code = "".join(inspect.getsource(sys.modules[f.__module__]) for f in (spec.generate, spec.expert))
+    key = hashlib.sha256(json.dumps([recipe.model.model_dump(), recipe.sft.model_dump(), recipe.env.model_dump(),
+                                     spec.revision, env_code], sort_keys=True).encode()).hexdigest()[:10]
     done = Path(workdir) / f"seed{seed}-{key}" / "sft"
     if (done / "config.json").exists():
         model, tok = load_model_and_tokenizer(done)
@@ -139,7 +143,8 @@ def run_method(method: str, recipe, spec, train, heldout, start_model, tok, *, s
         weights = loss_weights(trajs, cfg.truncation)
         adv = adv_fn(rewards, groups) * torch.tensor(weights)
         zero_var += sum(1 for g in set(groups) if len({t.reward for t in trajs if t.group_id == g}) == 1)
-        stats, _ = rl_update(model, optimizer, trajs, adv, weights, recipe=recipe, pad_id=tok.pad_token_id)
+        stats = rl_update(model, optimizer, trajs, adv, weights, recipe=recipe, pad_id=tok.pad_token_id)
+        stats = stats[0] if isinstance(stats, tuple) else stats  # older trainers returned (stats, extras)
         if stats:
             sched.step()
         step += 1
@@ -197,8 +202,10 @@ def main() -> None:
         sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
         print(f"{method:<12} " + " ".join(f"{v:>8.3f}" for v in vals) + f" {statistics.mean(vals):>8.3f} {sd:>7.3f}")
     if args.out:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
         with open(args.out, "w") as f:
-            json.dump({"token_budget": args.token_budget, "overrides": args.overrides, "rows": rows}, f, indent=1)
+            json.dump({"token_budget": args.token_budget, "overrides": args.overrides, "commit": commit,
+                       "args": vars(args), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
