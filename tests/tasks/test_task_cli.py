@@ -47,3 +47,24 @@ def test_tasks_stats_prints_pre_and_post_filter_distributions(write_jsonl, tmp_p
     assert "discarded: exact_duplicate 1, all_pass 1" in r.stdout
     r = run("stats", str(path), "--filter", "no_such_filter=1")
     assert r.returncode == 2 and "no_such_filter" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_tasks_stats_reports_source_shares_after_filtering_next_to_targets(write_jsonl, tmp_path, capsys):
+    from tracerl.cli import main
+
+    a = write_jsonl([{"id": f"a{i}", "prompt": "too short" if i % 2 else "a prompt long enough to keep",
+                      "answer": "1"} for i in range(10)], "mixa.jsonl")
+    b = write_jsonl([{"id": f"b{i}", "prompt": "another prompt long enough to keep", "answer": "1"}
+                     for i in range(10)], "mixb.jsonl")
+    (tmp_path / "tasks.yaml").write_text(
+        "tasks:\n"
+        f"  sources: [{{path: '{a}', license: MIT}}, {{path: '{b}', license: MIT}}]\n"
+        "  filters: {min_prompt_words: 4}\n"
+        "  sampler: {kind: mixture, weights: {mixa: 0.6, mixb: 0.4}}\n")
+    assert main(["tasks", "stats", str(tmp_path / "tasks.yaml")]) == 0
+    out = capsys.readouterr().out
+    shares = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("mix")
+              and "[" not in line}
+    # the 5 short prompts of mixa go: mixa falls from 10/20 to 5/15 of the pool while its target is 0.6
+    assert shares == {"mixa": ["0.600", "0.500", "0.333"], "mixb": ["0.400", "0.500", "0.667"]}
+    assert "discarded: too_short 5" in out

@@ -118,7 +118,7 @@ def _with_filter_overrides(cfg, items: list[str]):
 
 
 def run_stats(args) -> int:
-    from tracerl.tasks.pipeline import build_pool, distribution, format_distributions
+    from tracerl.tasks.pipeline import build_pool, distribution, format_distributions, format_source_shares
     from tracerl.tasks.profile import DifficultyProfile
 
     cfg, _ = resolve_target(args.target, args.license)
@@ -126,6 +126,8 @@ def run_stats(args) -> int:
     prof = DifficultyProfile.load(args.profile) if args.profile else None
     pool = build_pool(cfg, profile=prof)
     print(format_distributions(distribution(pool.loaded, pool.profile), distribution(pool.kept, pool.profile)))
+    print()
+    print(format_source_shares(pool.loaded, pool.kept, cfg.sampler.weights))
     counts = pool.ledger.counts()
     print("discarded: " + (", ".join(f"{k} {v}" for k, v in counts.items()) if counts else "none"))
     if pool.row_errors:

@@ -128,3 +128,16 @@ def format_distributions(before: dict[str, Counter], after: dict[str, Counter]) 
             lines.append(f"{source:<28} {bucket:<22} {b[bucket]:>7} {a[bucket]:>7}")
         lines.append(f"{source:<28} {'total':<22} {sum(b.values()):>7} {sum(a.values()):>7}")
     return "\n".join(lines)
+
+
+def format_source_shares(before: list[Task], after: list[Task], weights: dict[str, float]) -> str:
+    """Each source's share of the training pool before and after filtering, next to its target weight."""
+    b = Counter(t.source for t in before if t.split == "train")
+    a = Counter(t.source for t in after if t.split == "train")
+    total_w = sum(weights.values())
+    nb, na = sum(b.values()) or 1, sum(a.values()) or 1
+    lines = [f"{'source':<28} {'target':>7} {'share before':>13} {'share after':>12}"]
+    for s in sorted(set(b) | set(a) | set(weights)):
+        target = f"{weights[s] / total_w:.3f}" if s in weights else "-"
+        lines.append(f"{s:<28} {target:>7} {b[s] / nb:>13.3f} {a[s] / na:>12.3f}")
+    return "\n".join(lines)
