@@ -16,14 +16,15 @@ import os
 import threading
 from importlib import resources
 
+from tracerl.sandbox import cgroups
 from tracerl.sandbox.limits import ExecResult, Limits, Status
 from tracerl.sandbox.sandbox import Sandbox, SandboxUnavailable
 
-__all__ = ["REVISION", "ExecResult", "Limits", "Sandbox", "SandboxUnavailable", "Status", "default_sandbox",
+__all__ = ["REVISION", "ExecResult", "cgroups", "Limits", "Sandbox", "SandboxUnavailable", "Status", "default_sandbox",
            "isolation_report"]
 
 REVISION = "1+" + hashlib.sha256(
-    b"".join(resources.files(__name__).joinpath(f).read_bytes() for f in ("_program.py", "_zygote.py", "backend.py", "sandbox.py"))
+    b"".join(resources.files(__name__).joinpath(f).read_bytes() for f in ("_program.py", "_zygote.py", "backend.py", "cgroups.py", "sandbox.py"))
 ).hexdigest()[:12]
 """Recorded in run manifests: the sandbox's version plus a hash of the code that enforces it."""
 

@@ -99,6 +99,12 @@ def _prepare_program(limits, workdir, namespaces, ready_w):
     os.closerange(3, ready_w)
     os.closerange(ready_w + 1, 1 << 16)
     libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # init is non-dumpable; the program is an ordinary process
+    try:  # first in line for the OOM killer, before init, the zygote or anything of the host's
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        os.write(fd, b"1000")
+        os.close(fd)
+    except OSError:
+        pass
     if namespaces:  # a user namespace of its own: RLIMIT_NPROC then counts this call's processes only
         _check(libc.unshare(CLONE_NEWUSER), "unshare user")
         _write_id_maps(UID_IN_CALL, (0, 0))

@@ -20,8 +20,10 @@ What is NOT isolated:
   * side channels: timing, cache, CPU frequency and co-tenant load are shared with the host;
   * covert signalling between *concurrent* calls through the shared read-only files (advisory
     locks or inotify on /usr): no data is stored, but two live calls could agree on bits;
-  * total memory of all calls: RLIMIT_AS is per process, so nproc x memory_bytes bounds a call;
-    tmpfs pages count against the machine's memory;
+  * total memory, where cgroups are not writable (cgroup v2, not root): RLIMIT_AS is per process,
+    so nproc x memory_bytes bounds a call, and tmpfs pages count against no rlimit. Where the
+    cgroup v1 memory and pids hierarchies are writable by a root host, all calls of a worker
+    together are capped at `total_memory_bytes` (see sandbox.cgroups) and this gap closes;
   * CPU share: a call can use every core up to its CPU-seconds budget (no cgroup quota);
   * the read-only view of /usr is the host's: installed packages and their versions are visible.
 At level "rlimits" (no bubblewrap / user namespaces) far less holds; the sandbox warns at start
@@ -44,7 +46,8 @@ from concurrent.futures import ThreadPoolExecutor
 from tracerl.errors import UserError
 from tracerl.sandbox.backend import LEVELS, Plan, find_python, full_plan, rlimits_plan
 from tracerl.sandbox.limits import ExecResult, Limits, Status
-from tracerl.sandbox.worker import Worker, WorkerDied
+from tracerl.sandbox import cgroups
+from tracerl.sandbox.worker import MAX_PIDS, Worker, WorkerDied
 
 MEMORY_EXIT = 250  # mirrors _program.MEMORY_EXIT
 HOST_GRACE_S = 5.0  # past the zygote's own backstop (2 s): only a wedged zygote gets here
@@ -86,13 +89,20 @@ class Sandbox:
     """
 
     def __init__(self, *, limits: Limits | None = None, require: str | None = None, warm: bool = True,
-                 python: str | None = None, max_workers: int = 8) -> None:
+                 python: str | None = None, max_workers: int = 8,
+                 total_memory_bytes: int | None | str = "auto") -> None:
+        """`total_memory_bytes` caps the memory of all calls in flight together (tmpfs included),
+        where cgroups allow it (see sandbox.cgroups); "auto" is half the machine's memory, at
+        most 16 GiB; None turns the cap off."""
         if require is not None and require not in LEVELS:
             raise UserError(f"Sandbox(require={require!r}) is not a level; choose one of {', '.join(LEVELS)}.")
         self.limits = limits or Limits()
         self.warm = warm
         self.python = find_python(python)
         self.max_workers = max_workers
+        if total_memory_bytes == "auto":
+            total_memory_bytes = min(16 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2)
+        self.total_memory_bytes = total_memory_bytes
         self._worker: Worker | None = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -126,8 +136,15 @@ class Sandbox:
     def isolation_report(self) -> dict:
         """What this machine enforces for this sandbox: level, enforced and missing protections."""
         plan = self.plan
-        return {"level": plan.level, "python": plan.python, "enforced": list(plan.enforced),
-                "missing": list(plan.missing), "command": " ".join(plan.argv[:-1] + ["<worker>"])}
+        enforced, missing = list(plan.enforced), list(plan.missing)
+        capped, why = cgroups.available()
+        if plan.level == "full" and self.total_memory_bytes and capped:
+            enforced.append(f"cgroup: all calls in flight together hold at most {self.total_memory_bytes / 2**30:.1f} GiB "
+                            f"(tmpfs included) and {MAX_PIDS} processes; the largest program is OOM-killed first")
+        else:
+            missing.append(why or "total memory across calls is not capped (total_memory_bytes=None)")
+        return {"level": plan.level, "python": plan.python, "enforced": enforced, "missing": missing,
+                "command": " ".join(plan.argv[:-1] + ["<worker>"])}
 
     def _get_worker(self) -> Worker:
         if os.getpid() != self._pid:  # a forked copy of the host: the worker and its reader belong to the parent
@@ -138,7 +155,7 @@ class Sandbox:
             if self._worker is None or not self._worker.alive:
                 if self._worker is not None:
                     self._worker.close()
-                self._worker = Worker(self.plan)
+                self._worker = Worker(self.plan, total_memory_bytes=self.total_memory_bytes)
             return self._worker
 
     def run(self, code: str, *, stdin: str | bytes = "", files: Mapping[str, str | bytes] | None = None,
@@ -152,7 +169,8 @@ class Sandbox:
         stdin_bytes = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
         cold = None
         try:
-            worker = self._get_worker() if self.warm else (cold := Worker(self.plan, warm=False))
+            worker = self._get_worker() if self.warm else (cold := Worker(self.plan, warm=False,
+                                                                                 total_memory_bytes=self.total_memory_bytes))
         except WorkerDied as exc:
             return ExecResult(Status.CRASH, None, "", "", reason=str(exc))
         try:
@@ -165,6 +183,7 @@ class Sandbox:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         start = time.monotonic()
+        ooms = worker.group.oom_kills() if worker.group is not None else 0
         try:
             try:
                 call_id, pending = worker.submit(payload, stdin, out_w, err_w, limits.wall_s)
@@ -182,7 +201,8 @@ class Sandbox:
             worker.close()
         pending.event.wait(max(0.0, deadline + HOST_GRACE_S - time.monotonic()))
         result = pending.result or {"status": "crash", "reason": "no result from the sandbox worker by the deadline"}
-        return _classify(result, streams, overflow, limits, time.monotonic() - start)
+        oom = worker.group is not None and worker.group.oom_kills() > ooms
+        return _classify(result, streams, overflow, limits, time.monotonic() - start, oom)
 
     def run_many(self, codes: Sequence[str], *, stdin: str | Sequence[str] = "",
                  files: Mapping | Sequence[Mapping] | None = None, limits: Limits | None = None,
@@ -279,7 +299,7 @@ def _collect(out_r: int, err_r: int, cap: int, deadline: float, kill) -> tuple[l
     return bufs, overflow, stuck
 
 
-def _classify(r: dict, streams, overflow, limits: Limits, host_wall: float) -> ExecResult:
+def _classify(r: dict, streams, overflow, limits: Limits, host_wall: float, oom: bool = False) -> ExecResult:
     out, err = (b.decode("utf-8", errors="replace") for b in streams)
     common = dict(stdout=out, stderr=err, stdout_truncated=overflow[0], stderr_truncated=overflow[1],
                   wall_s=float(r.get("wall_s", host_wall)), cpu_s=float(r.get("cpu_s", 0.0)),
@@ -293,6 +313,8 @@ def _classify(r: dict, streams, overflow, limits: Limits, host_wall: float) -> E
         return ExecResult(Status.CRASH, None, reason=r.get("reason", "the sandbox failed"), **common)
     if r.get("timed_out") or r.get("status") == "timeout":
         return ExecResult(Status.TIMEOUT, exit_code, reason=f"wall-clock limit of {limits.wall_s:g} s reached; process tree killed", **common)
+    if exit_code == -signal.SIGKILL and oom:
+        return ExecResult(Status.MEMORY, exit_code, reason="OOM-killed at the sandbox's total memory cap", **common)
     if exit_code is not None and exit_code < 0:
         sig = -exit_code
         if sig == signal.SIGXCPU or (sig == signal.SIGKILL and common["cpu_s"] >= limits.cpu_s):

@@ -17,6 +17,7 @@ import tempfile
 import threading
 from importlib import resources
 
+from tracerl.sandbox import cgroups
 from tracerl.sandbox.backend import PRELOAD, Plan
 
 _ZYGOTE_SOURCE: str | None = None
@@ -31,6 +32,7 @@ def zygote_source() -> str:
     return _ZYGOTE_SOURCE
 
 
+MAX_PIDS = 4096  # processes of all of one worker's calls together, where cgroups allow a cap
 INLINE_PAYLOAD = 48 * 1024  # payloads up to this size ride in the control message itself
 
 
@@ -49,8 +51,10 @@ class _Pending:
 class Worker:
     """One zygote process. Thread-safe: any number of threads may `submit` at once."""
 
-    def __init__(self, plan: Plan, start_timeout_s: float = 30.0, warm: bool = True) -> None:
-        """`warm=False` is for a single call: no preloaded modules and no start-up probe."""
+    def __init__(self, plan: Plan, start_timeout_s: float = 30.0, warm: bool = True,
+                 total_memory_bytes: int | None = None) -> None:
+        """`warm=False` is for a single call: no preloaded modules and no start-up probe.
+        `total_memory_bytes` caps everything the worker's calls hold, where cgroups allow it."""
         self.plan = plan
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = host
@@ -60,7 +64,16 @@ class Worker:
         bootstrap = (f"import os; exec(compile(os.pread({source_fd}, 1 << 20, 0), 'tracerl-sandbox-worker', 'exec'))")
         argv = [*plan.argv, bootstrap, json.dumps(config)]
         kwargs = {}
-        if plan.run_as is not None:
+        self.group = None
+        if total_memory_bytes and plan.level == "full" and plan.run_as is not None and cgroups.available()[0]:
+            try:
+                self.group = cgroups.WorkerGroup(total_memory_bytes, MAX_PIDS)
+            except OSError:
+                self.group = None
+        if self.group is not None:  # join the groups as root, then drop to the sandbox user
+            argv = [plan.python, "-I", "-S", "-c", cgroups.JOIN_AND_DROP, str(plan.run_as),
+                    ":".join(self.group.procs_files), *argv]
+        elif plan.run_as is not None:
             kwargs = {"user": plan.run_as, "group": plan.run_as, "extra_groups": []}
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
         self._log = tempfile.TemporaryFile(prefix="tracerl-sandbox-worker-")
@@ -171,6 +184,8 @@ class Worker:
         except subprocess.TimeoutExpired:
             pass
         self._log.close()
+        if self.group is not None:
+            self.group.remove()
 
 
 def _memfd(name: str, data: bytes) -> int:
