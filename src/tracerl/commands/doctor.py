@@ -119,4 +119,4 @@ def _print(report: dict, short: bool, required: str | None) -> None:
 
 NOT_ISOLATED = ["kernel exploits (no seccomp filter, no VM)", "timing and cache side channels, co-tenant load",
                 "covert signalling between concurrent calls via locks/inotify on the shared read-only files",
-                "total memory across a call's processes (RLIMIT_AS is per process)"]
+                "CPU share: no quota; a call may use every core up to its CPU-seconds budget"]
