@@ -168,6 +168,7 @@ def test_a_forked_host_gets_its_own_worker():
     pid = os.fork()
     if pid == 0:
         ok = default_sandbox().run("print(7)").stdout == "7\n"
+        default_sandbox().close()
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert status == 0

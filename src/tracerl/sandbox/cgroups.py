@@ -42,10 +42,35 @@ def available() -> tuple[bool, str]:
     return True, ""
 
 
+_swept = False
+
+
+def sweep_stale() -> None:
+    """Remove empty groups left by tracerl processes that died without closing their sandbox."""
+    for controller in ("memory", "pids"):
+        base = _own_path(controller)
+        try:
+            names = os.listdir(base) if base else []
+        except OSError:
+            continue
+        for name in names:
+            parts = name.split("-")
+            if name.startswith("tracerl-sandbox-") and len(parts) == 4 and parts[2].isdigit():
+                if not os.path.exists(f"/proc/{parts[2]}"):
+                    try:
+                        os.rmdir(os.path.join(base, name))  # fails, harmlessly, if not empty
+                    except OSError:
+                        pass
+
+
 class WorkerGroup:
     """A memory and a pids group for one worker; `procs_files` are what the worker joins."""
 
     def __init__(self, memory_bytes: int, max_pids: int) -> None:
+        global _swept
+        if not _swept:
+            _swept = True
+            sweep_stale()
         name = f"tracerl-sandbox-{os.getpid()}-{next(_counter)}"
         self.dirs = []
         try:
