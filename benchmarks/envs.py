@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/envs.py                      # every suite env, full shipped recipes
     .venv/bin/python benchmarks/envs.py --small search_qa    # reduced sizes (a few minutes each)
+    .venv/bin/python benchmarks/envs.py --from-runs runs/bench-envs/*   # table of finished runs
 
 Each environment runs its shipped recipe (`src/tracerl/recipes/<env>.yaml`, stages sft → eval →
 rl → eval) under the same frozen evaluation protocol before and after RL. Columns: held-out
@@ -28,7 +29,7 @@ def invalid_rate(run_dir: Path, step: int) -> float:
     from tracerl.store import Store
 
     db = sqlite3.connect(run_dir / "store.sqlite")
-    ids = [r[0] for r in db.execute("SELECT trajectory_id FROM trajectories WHERE stage='eval' AND step=?", (step,))]
+    ids = [r[0] for r in db.execute("SELECT trajectory_id FROM trajectories WHERE stage LIKE 'eval%' AND step=?", (step,))]
     db.close()
     invalid = turns = 0
     with Store(run_dir / "store.sqlite") as store:
@@ -39,17 +40,28 @@ def invalid_rate(run_dir: Path, step: int) -> float:
     return invalid / max(turns, 1)
 
 
+def row_of(run_dir: Path) -> dict:
+    """The table row of a finished run, from its summary.json, config.yaml and store."""
+    import json
+
+    import yaml
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    name = yaml.safe_load((run_dir / "config.yaml").read_text())["env"]["name"]
+    evals = summary["evals"]
+    sft = next(e for e in evals if e["after"] == "sft")
+    rl = next(e for e in evals if e["after"] == "rl")
+    return {"env": name, "sft": sft["eval/success"], "rl": rl["eval/success"],
+            "tool_calls": rl["eval/tool_calls_per_episode"], "invalid_rate": invalid_rate(run_dir, rl["step"]),
+            "wall_s": summary["wall_s"]}
+
+
 def run_env(name: str, overrides: list[str], root: Path) -> dict:
     from tracerl.config import load_recipe
     from tracerl.train.pipeline import run_recipe
 
     recipe = load_recipe(name, [f"run.dir={root / name}", "run.progress=false", *overrides])
-    result = run_recipe(recipe)
-    sft = next(e for e in result.evals if e["after"] == "sft")
-    rl = next(e for e in result.evals if e["after"] == "rl")
-    return {"env": name, "sft": sft["eval/success"], "rl": rl["eval/success"],
-            "tool_calls": rl["eval/tool_calls_per_episode"],
-            "invalid_rate": invalid_rate(result.run_dir, rl["step"]), "wall_s": result.wall_s}
+    return row_of(run_recipe(recipe).run_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,8 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("envs", nargs="*", default=list(SUITE))
     p.add_argument("--small", action="store_true", help="reduced sizes: " + " ".join(SMALL))
     p.add_argument("--root", default="runs/bench-envs")
+    p.add_argument("--from-runs", nargs="+", metavar="RUN_DIR", help="tabulate finished runs instead of running")
     args = p.parse_args(argv)
-    rows = [run_env(n, SMALL if args.small else [], Path(args.root)) for n in args.envs]
+    if args.from_runs:
+        rows = [row_of(Path(d)) for d in args.from_runs]
+    else:
+        rows = [run_env(n, SMALL if args.small else [], Path(args.root)) for n in args.envs]
     head = f"{'env':<14} {'SFT success':>11} {'RL success':>10} {'RL > SFT':>8} {'tool calls':>10} {'invalid':>8} {'wall':>7}"
     print("\n" + head + "\n" + "-" * len(head))
     for r in rows:

@@ -73,6 +73,9 @@ def test_expert_episodes_validate_and_keep_the_envs_ending(name):
         assert traj.reward == pytest.approx(1.0)
         n_obs = sum(1 for r in traj.roles if r == TokenRole.OBSERVATION)
         assert (n_obs > 0) == (len(actions) > 1)
+        # telemetry counts a tool call by its status and an invalid action by "invalid_action"
+        statuses = [s.tool_status for s in traj.spans if s.kind == "observation"]
+        assert len(statuses) == len(actions) - 1 and all(st == "ok" for st in statuses), statuses
 
 
 @pytest.mark.parametrize("name", ["search_qa", "text_world", "workplace_db", "code_tests"])

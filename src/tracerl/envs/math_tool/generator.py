@@ -1,7 +1,7 @@
 """Procedural arithmetic word problems with a difficulty knob and a disjoint held-out split.
 
 Difficulty d in [0, 1] sets the number of operations (1 + round(3d): one to four) and the size
-of the numbers. A problem's split is decided by a hash of its content when it is created, so the
+of the numbers in the text (up to 9, 20, 50 or 99; answers grow larger). A problem's split is decided by a hash of its content when it is created, so the
 held-out split is disjoint from training by construction, before any sampling or filtering.
 """
 
@@ -13,14 +13,14 @@ import random
 from tracerl.tasks.task import Task
 
 SOURCE = "math_tool"
-REVISION = "math_tool-gen-2"
+REVISION = "math_tool-gen-3"
 NAMES = ("Ann", "Bo", "Cy", "Dee", "Eli", "Fay", "Gus", "Ida", "Jo", "Kim", "Lu", "Max")
 ITEMS = ("apples", "coins", "books", "cards", "pens", "shells", "stamps", "eggs")
 HELDOUT_PERCENT = 20
 
 
 def _num(rng: random.Random, d: float) -> int:
-    hi = 9 if d < 0.25 else (30 if d < 0.5 else (99 if d < 0.75 else 250))
+    hi = 9 if d < 0.25 else (20 if d < 0.5 else (50 if d < 0.75 else 99))
     return rng.randint(2, hi)
 
 

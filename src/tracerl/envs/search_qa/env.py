@@ -94,7 +94,7 @@ class SearchQAEnv:
             return Step(None, True, TerminalReason.INFRA_FAILURE, {},
                         {"tool": "search", "infra_error": f"{type(err).__name__}: {err}"})
         text = " | ".join(hits) if hits else "no results"
-        return Step(f"<result> {text}</result>\n", info={"tool": "search", "invalid_action": False})
+        return Step(f"<result> {text}</result>\n", info={"tool": "search", "tool_status": "ok", "invalid_action": False})
 
     def state_hash(self) -> str:
         state = {"task": self._task.id if self._task else None, "queries": self._queries,

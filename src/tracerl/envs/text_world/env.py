@@ -64,7 +64,8 @@ class TextWorldEnv:
         else:
             self._state = nxt
             obs = f"<obs>{msg}</obs>\n"
-        info = {"invalid_action": invalid, "steps": self._steps, "tool": None if action.kind == "invalid" else "action"}
+        info = {"invalid_action": invalid, "steps": self._steps, "tool": None if action.kind == "invalid" else "action",
+                "tool_status": "invalid_action" if invalid else "ok"}
         if is_goal(self._state):
             self._done = True
             return Step(obs, True, TerminalReason.ENV_SUCCESS, self._components(1.0), info)

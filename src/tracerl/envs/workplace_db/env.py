@@ -72,7 +72,7 @@ class WorkplaceDBEnv:
             self._done = True
             return Step(None, True, TerminalReason.INFRA_FAILURE, {},
                         {"tool": op, "infra_error": f"{type(err).__name__}: {err}"})
-        return Step(f"<result>{result}</result>\n", info={"tool": op, "invalid_action": False})
+        return Step(f"<result>{result}</result>\n", info={"tool": op, "tool_status": "ok", "invalid_action": False})
 
     def state_hash(self) -> str:
         return db.digest(self._conn) if self._conn is not None else ""
@@ -80,7 +80,8 @@ class WorkplaceDBEnv:
 
 def _error(kind: str, why: str, tool: str | None = None) -> Step:
     return Step(f"<error>{kind}: {why}</error>\n",
-                info={"invalid_action": True, "blocked_action": kind == "blocked_action", "tool": tool})
+                info={"invalid_action": True, "blocked_action": kind == "blocked_action", "tool": tool,
+                      "tool_status": kind})
 
 
 def make_expert(error_rate: float = 0.2) -> Callable[[Task, list[str], random.Random], str]:
