@@ -155,8 +155,19 @@ class Sandbox:
             if self._worker is None or not self._worker.alive:
                 if self._worker is not None:
                     self._worker.close()
-                self._worker = Worker(self.plan, total_memory_bytes=self.total_memory_bytes)
+                self._worker = self._start_worker(warm=True)
             return self._worker
+
+    def _start_worker(self, warm: bool) -> Worker:
+        try:
+            return Worker(self.plan, warm=warm, total_memory_bytes=self.total_memory_bytes)
+        except WorkerDied as exc:
+            if not self.total_memory_bytes:
+                raise
+            warnings.warn(f"tracerl sandbox: a worker inside a memory cgroup did not start ({exc}); "
+                          "continuing without the total-memory cap", RuntimeWarning, stacklevel=4)
+            self.total_memory_bytes = None
+            return Worker(self.plan, warm=warm)
 
     def run(self, code: str, *, stdin: str | bytes = "", files: Mapping[str, str | bytes] | None = None,
             limits: Limits | None = None) -> ExecResult:
@@ -169,8 +180,7 @@ class Sandbox:
         stdin_bytes = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
         cold = None
         try:
-            worker = self._get_worker() if self.warm else (cold := Worker(self.plan, warm=False,
-                                                                                 total_memory_bytes=self.total_memory_bytes))
+            worker = self._get_worker() if self.warm else (cold := self._start_worker(warm=False))
         except WorkerDied as exc:
             return ExecResult(Status.CRASH, None, "", "", reason=str(exc))
         try:

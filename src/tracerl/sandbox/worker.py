@@ -81,6 +81,12 @@ class Worker:
             self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=self._log, pass_fds=(child.fileno(), source_fd),
                                           cwd="/", env=env, start_new_session=True, **kwargs)
+        except OSError as exc:
+            self._sock.close()
+            self._log.close()
+            if self.group is not None:
+                self.group.remove()
+            raise WorkerDied(f"the sandbox worker could not be started: {exc}") from exc
         finally:
             child.close()
             os.close(source_fd)
