@@ -22,3 +22,9 @@ def test_envs_table(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:2] == ["name", "revision"]
     assert any(line.startswith("workplace_db ") and "1×db_match" in line for line in lines)
+
+
+def test_envs_lists_reasoning_gym_without_the_optional_package(capsys, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "reasoning_gym", None)  # import now fails
+    assert main(["envs", "--json"]) == 0
+    assert "reasoning_gym" in {r["name"] for r in json.loads(capsys.readouterr().out)}
