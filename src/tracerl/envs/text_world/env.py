@@ -82,7 +82,7 @@ class TextWorldEnv:
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def make_expert(error_rate: float = 0.25) -> Callable[[Task, list[str], random.Random], str]:
+def make_expert(error_rate: float = 0.1) -> Callable[[Task, list[str], random.Random], str]:
     """The shortest plan (computed by breadth-first search when the task was generated) with
     ε-noise: with probability `error_rate` per turn the expert instead issues an action that is
     invalid in the current state (a wall, a missing item). A slip wastes one step and leaves the
