@@ -1,7 +1,8 @@
 """The built-in tiny model and tokenizer: built locally, deterministically, in seconds.
 
 The tokenizer is a byte-level BPE trained with `tokenizers` on the environment's own text
-(prompts, expert actions, tool outputs), digits split one per token, the environment's tool tags
+(prompts, expert actions, tool outputs), digit runs pre-split from letters so a number is the same
+token(s) wherever it appears (in a sentence, in code, in a tool output), the environment's tool tags
 kept whole, and a ChatML chat template. The model is a small Llama-architecture causal LM from a
 config. Both are saved in Hugging Face format and load with the Auto* classes.
 """
@@ -25,7 +26,7 @@ CHAT_TEMPLATE = (
 def build_tokenizer(texts: Iterable[str], *, vocab_size: int, tags: Iterable[str] = ()) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.Digits(individual_digits=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
     ])
     tok.decoder = decoders.ByteLevel()
