@@ -173,6 +173,8 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="also write the rows as JSON")
     ap.add_argument("overrides", nargs="*", help="recipe overrides, e.g. sft.epochs=2 rl.prompts_per_step=8")
     args = ap.parse_args()
+    # the code this process imported: taken at start, since the checkout may move while it runs
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     recipe = load_recipe("default", args.overrides)
     torch.set_num_threads(recipe.run.threads)
     rows = []
@@ -202,7 +204,6 @@ def main() -> None:
         sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
         print(f"{method:<12} " + " ".join(f"{v:>8.3f}" for v in vals) + f" {statistics.mean(vals):>8.3f} {sd:>7.3f}")
     if args.out:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
         with open(args.out, "w") as f:
             json.dump({"token_budget": args.token_budget, "overrides": args.overrides, "commit": commit,
                        "args": vars(args), "rows": rows}, f, indent=1)
