@@ -45,7 +45,13 @@ from tracerl.train.sft import train_sft
 METHODS = ("static", "dynamic", "curriculum")
 
 
-def sft_start(recipe, seed: int, workdir: str):
+def env_code_snapshot(recipe) -> str:
+    """Source of the env's generator and expert as imported; taken once, since the checkout may move."""
+    spec = get_env(recipe.env.name)
+    return "".join(inspect.getsource(sys.modules[f.__module__]) for f in (spec.generate, spec.expert))
+
+
+def sft_start(recipe, seed: int, workdir: str, env_code: str):
     """The default pipeline up to the end of SFT (tasks, demonstrations, tiny model, SFT).
 
     The SFT model is cached under `workdir`, keyed by seed and the recipe's model/SFT settings.
@@ -53,7 +59,6 @@ def sft_start(recipe, seed: int, workdir: str):
     spec = get_env(recipe.env.name)
     train = spec.generate("train", recipe.env.train_tasks, seed, tuple(recipe.env.train_difficulty))
     heldout = spec.generate("heldout", recipe.env.heldout_tasks, seed, tuple(recipe.env.heldout_difficulty))
-    env_code = "".join(inspect.getsource(sys.modules[f.__module__]) for f in (spec.generate, spec.expert))
     key = hashlib.sha256(json.dumps([recipe.model.model_dump(), recipe.sft.model_dump(), recipe.env.model_dump(),
                                      spec.revision, env_code], sort_keys=True).encode()).hexdigest()[:10]
     done = Path(workdir) / f"seed{seed}-{key}" / "sft"
@@ -176,12 +181,13 @@ def main() -> None:
     # the code this process imported: taken at start, since the checkout may move while it runs
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     recipe = load_recipe("default", args.overrides)
+    env_code = env_code_snapshot(recipe)
     torch.set_num_threads(recipe.run.threads)
     rows = []
     for seed in args.seeds:
         t0 = time.time()
         start_seed = seed if args.shared_start is None else args.shared_start
-        spec, train, heldout, model, tok = sft_start(recipe, start_seed, args.workdir)
+        spec, train, heldout, model, tok = sft_start(recipe, start_seed, args.workdir, env_code)
         start = run_heldout(TorchEngine(model, tok), spec, heldout[: recipe.eval.tasks], samples=recipe.eval.samples,
                             ks=recipe.eval.k, budgets=LoopBudgets(recipe.env.max_turns, recipe.env.max_tokens,
                                                                  recipe.env.max_new_tokens),
