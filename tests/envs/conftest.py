@@ -51,7 +51,7 @@ def success_rate(spec: EnvSpec, tasks, seed: int, **expert_kwargs) -> float:
 
 
 def succeeded(spec: EnvSpec, step: Step) -> bool:
-    """The env's primary component (the first reward weight: correct, goal, db_match, tests) is 1."""
+    """The env's primary component (the first reward weight: correct, success, tests) is 1."""
     primary = next(iter(spec.reward_weights))
     return step.terminated and step.reward_components.get(primary, 0.0) >= 1.0
 

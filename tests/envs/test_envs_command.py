@@ -21,7 +21,7 @@ def test_envs_table(capsys):
     assert main(["envs"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:2] == ["name", "revision"]
-    assert any(line.startswith("workplace_db ") and "1×db_match" in line for line in lines)
+    assert any(line.startswith("workplace_db ") and "1×correct + -0.1×invalid_actions" in line for line in lines)
 
 
 def test_envs_lists_reasoning_gym_without_the_optional_package(capsys, monkeypatch):

@@ -86,7 +86,7 @@ def test_search_budget():
         assert env.step("<search>x</search>").observation.startswith("<result>")
     step = env.step("<search>x</search>")
     assert step.info["invalid_action"] and "budget" in step.observation and not step.terminated
-    assert env.step(f"<answer>{task.answer}</answer>").reward_components == {"correct": 1.0}
+    assert env.step(f"<answer>{task.answer}</answer>").reward_components == {"correct": 1.0, "invalid_actions": 1.0}
 
 
 def test_index_failure_is_infra_failure_not_reward():

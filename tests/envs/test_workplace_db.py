@@ -34,11 +34,11 @@ def test_verdict_comes_from_the_database_not_the_transcript(kit):
     task = generate("train", 1, seed=0, difficulty=2 / 3)[0]
     script = [f"<call>{c}</call>" for c in task.metadata["script"]]
     steps, env = kit.play(SPEC, task, script)
-    assert steps[-1].terminal_reason == TerminalReason.EOS and steps[-1].reward_components == {"db_match": 1.0}
+    assert steps[-1].terminal_reason == TerminalReason.EOS and steps[-1].reward_components == {"correct": 1.0, "invalid_actions": 0.0}
     assert dump(env._conn) == expected_state(task)
     # the same writes in another order, with extra reads, reach the same state: still rewarded
     reordered = [script[1], script[0], "<call>find employees team red</call>", script[2], script[3]]
-    assert kit.play(SPEC, task, reordered)[0][-1].reward_components == {"db_match": 1.0}
+    assert kit.play(SPEC, task, reordered)[0][-1].reward_components == {"correct": 1.0, "invalid_actions": 0.0}
 
 
 def test_retried_tool_calls_are_idempotent(kit):
@@ -48,7 +48,7 @@ def test_retried_tool_calls_are_idempotent(kit):
         retried = [c for c in script[:-1] for _ in range(3)] + script[-1:]
         thrice, env_thrice = kit.play(SPEC, task, retried)
         assert dump(env_once._conn) == dump(env_thrice._conn)
-        assert once[-1].reward_components == thrice[-1].reward_components == {"db_match": 1.0}
+        assert once[-1].reward_components == thrice[-1].reward_components == {"correct": 1.0, "invalid_actions": 0.0}
         adds = [s.observation for s in thrice if s.observation and s.observation.startswith("<result>ok id ")]
         assert len(set(adds)) <= 1  # a retried insert reports the same id
 

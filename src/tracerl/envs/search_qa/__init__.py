@@ -54,7 +54,7 @@ def audit_cases() -> list[dict]:
 
 SPEC = register_env(EnvSpec(
     name=NAME, revision=REVISION, make=SearchQAEnv, generate=generate,
-    expert=make_expert(EXPERT_ERROR_RATE), reward_weights={"correct": 1.0},
+    expert=make_expert(EXPERT_ERROR_RATE), reward_weights={"correct": 1.0, "invalid_actions": -0.1},
     stop_strings=("</search>", "</answer>"),
     special_tokens=("<search>", "</search>", "<answer>", "</answer>", "<result>", "</result>",
                     "<error>", "</error>"),

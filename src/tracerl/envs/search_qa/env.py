@@ -2,7 +2,8 @@
 
 Grammar: the policy ends each turn with `<search>query</search>` (observation: the top-k passages
 inside `<result>…</result>`) or `<answer>text</answer>` (ends the episode, scored by normalized
-exact match). Searches beyond the per-episode budget are invalid actions. A failing index is a tool
+exact match, `correct`). Searches beyond the per-episode budget are invalid actions, counted in
+`invalid_actions` (weight −0.1). A failing index is a tool
 fault: the episode ends as `infra_failure` and carries no reward.
 """
 
@@ -61,6 +62,7 @@ class SearchQAEnv:
         self._task = task
         self._seed = seed
         self._searches = 0
+        self._invalid = 0
         self._queries: list[str] = []
         self._done = False
         self._search = None  # built lazily so that an index fault surfaces as a step, not a crash
@@ -72,16 +74,19 @@ class SearchQAEnv:
             return _invalid("episode_over", "the episode has ended")
         action = parse_tagged(action_text, ("search", "answer"))
         if action.kind == "invalid":
+            self._invalid += 1
             return _invalid("invalid_action", action.reason)
         tool, body = action.kind, action.body
         if tool == "answer":
             self._done = True
             correct = float(normalize(body) == normalize(str(self._task.answer)) and bool(normalize(body)))
-            return Step(None, True, TerminalReason.EOS, {"correct": correct},
+            return Step(None, True, TerminalReason.EOS, {"correct": correct, "invalid_actions": float(self._invalid)},
                         {"tool": "answer", "searches": self._searches})
         if self._searches >= self.search_budget:
+            self._invalid += 1
             return _invalid("invalid_action", f"search budget of {self.search_budget} is spent; answer now")
         if not body.strip():
+            self._invalid += 1
             return _invalid("invalid_action", "empty search query")
         self._searches += 1
         self._queries.append(body.strip())

@@ -54,7 +54,7 @@ def audit_cases() -> list[dict]:
 
 SPEC = register_env(EnvSpec(
     name=NAME, revision=REVISION, make=WorkplaceDBEnv, generate=generate,
-    expert=make_expert(EXPERT_ERROR_RATE), reward_weights={"db_match": 1.0},
+    expert=make_expert(EXPERT_ERROR_RATE), reward_weights={"correct": 1.0, "invalid_actions": -0.1},
     stop_strings=("</call>",),
     special_tokens=("<call>", "</call>", "<result>", "</result>", "<error>", "</error>"),
     tools=("find", "set", "add", "done"),

@@ -2,7 +2,9 @@
 
 Grammar: each turn ends with `<call>…</call>` (see `db.py` for the call language); the observation
 is `<result>…</result>`. `<call>done</call>` ends the episode (`eos`) and the verifier compares the
-whole database with the state the task's reference calls produce; the transcript is never read.
+whole database with the state the task's reference calls produce (`correct`); the transcript is
+never read. `invalid_actions` counts malformed and blocked calls (weight −0.1, as in text_world), so
+that RL gets a signal against degenerate calls even in groups where no episode succeeds.
 Malformed calls are `invalid_action`, deletions `blocked_action`; both leave the database untouched
 and consume a turn. An SQLite error that escapes validation is a tool fault: `infra_failure`.
 """
@@ -48,6 +50,7 @@ class WorkplaceDBEnv:
         self._conn = db.connect(task.metadata["rows"])
         self._done = False
         self._calls = 0
+        self._invalid = 0
         return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.prompt}]
 
     def step(self, action_text: str) -> Step:
@@ -56,17 +59,20 @@ class WorkplaceDBEnv:
             return _error("invalid_action", "the episode has ended")
         action = parse_tagged(action_text, ("call",))
         if action.kind == "invalid":
+            self._invalid += 1
             return _error("invalid_action", action.reason)
         try:
             op, table, args = db.parse(action.body)
             if op == "done":
                 self._done = True
                 match = float(db.dump(self._conn) == expected_state(self._task))
-                return Step(None, True, TerminalReason.EOS, {"db_match": match},
+                return Step(None, True, TerminalReason.EOS,
+                            {"correct": match, "invalid_actions": float(self._invalid)},
                             {"tool": "done", "calls": self._calls})
             self._calls += 1
             result = db.execute(self._conn, op, table, args)
         except db.CallError as err:
+            self._invalid += 1
             return _error(err.kind, str(err))
         except sqlite3.Error as err:  # validation passed, so this is the database failing, not the policy
             self._done = True
