@@ -1,6 +1,6 @@
 """Procedural arithmetic word problems with a difficulty knob and a disjoint held-out split.
 
-Difficulty d in [0, 1] sets the number of operations (1 + round(3d): one to four) and the size
+Difficulty d in [0, 1] sets the number of operations (1 + round(2d): one to three) and the size
 of the numbers in the text (up to 9, 20, 50 or 99; answers grow larger). A problem's split is decided by a hash of its content when it is created, so the
 held-out split is disjoint from training by construction, before any sampling or filtering.
 """
@@ -13,7 +13,7 @@ import random
 from tracerl.tasks.task import Task
 
 SOURCE = "math_tool"
-REVISION = "math_tool-gen-3"
+REVISION = "math_tool-gen-4"
 NAMES = ("Ann", "Bo", "Cy", "Dee", "Eli", "Fay", "Gus", "Ida", "Jo", "Kim", "Lu", "Max")
 ITEMS = ("apples", "coins", "books", "cards", "pens", "shells", "stamps", "eggs")
 HELDOUT_PERCENT = 20
@@ -30,7 +30,7 @@ def make_problem(rng: random.Random, difficulty: float) -> tuple[str, str, int]:
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     a = _num(rng, difficulty)
     text, expr, value = f"{name} has {a} {item}.", f"x={a}", a
-    for _ in range(1 + round(3 * difficulty)):
+    for _ in range(1 + round(2 * difficulty)):
         op = rng.choice(("add", "sub", "mul_add", "times"))
         b = _num(rng, difficulty)
         if op == "add":
