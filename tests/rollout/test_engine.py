@@ -5,7 +5,6 @@ import math
 import pytest
 import torch
 
-from tracerl.contract import TokenRole
 from tracerl.rollout import TorchEngine
 from tracerl.rollout.engine import process_logits
 from tracerl.train.batch import pad_batch, token_logprobs
