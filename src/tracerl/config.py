@@ -99,6 +99,8 @@ class SFTConfig(_Cfg):
     """Expert demonstrations generated through the environment."""
     expert_tool_rate: float = 0.5
     """Probability that a demonstration uses the tool (the rest answer directly)."""
+    expert_error_rate: float | None = Field(None, ge=0.0, le=1.0)
+    """Error rate of the scripted expert (envs whose expert takes `error_rate`); None keeps the env's default."""
     epochs: int = 3
     """Passes over the demonstrations."""
     batch_size: int = 32

@@ -60,6 +60,14 @@ def _quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
 
 
+def expert_kwargs(recipe: Recipe) -> dict:
+    """Keyword arguments for the env's scripted expert (collect_demos passes only those it accepts)."""
+    kw = {"tool_rate": recipe.sft.expert_tool_rate}
+    if recipe.sft.expert_error_rate is not None:
+        kw["error_rate"] = recipe.sft.expert_error_rate
+    return kw
+
+
 def _resume_point(run: RunDir, recipe: Recipe) -> tuple[Path, dict, list[str]]:
     """The latest checkpoint, its trainer state, and the stages still to run from it."""
     ckpt = run.latest_checkpoint()
@@ -105,7 +113,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     if resume is None and ("sft" in stages or recipe.model.path is None):
         t0 = time.time()
         demos = collect_demos(spec, train_tasks[: recipe.sft.demos], seed=seed, max_turns=recipe.env.max_turns,
-                              expert_kwargs={"tool_rate": recipe.sft.expert_tool_rate})
+                              expert_kwargs=expert_kwargs(recipe))
         _say(f"collected {len(demos)} expert demonstrations through {spec.name} in {time.time() - t0:.1f}s")
     if resume is None and recipe.model.path is None:
         tiny = recipe.model.tiny
