@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tracerl.errors import UserError
+from tracerl.tasks.config import TasksConfig
 from tracerl.telemetry.gates import GatesConfig
 from tracerl.telemetry.loggers import LoggersConfig
 
@@ -111,9 +112,42 @@ class SFTConfig(_Cfg):
     """AdamW weight decay."""
 
 
+class RLStageConfig(_Cfg):
+    """One stage of a multi-stage RL run (rStar2-Agent's RL-1/2/3, Skywork's staged context growth).
+
+    Unset fields inherit from the previous stage (the first stage inherits from `rl`, `env` and
+    `tasks`). The stage boundary is stored as an event and logged as `rl/stage`.
+    """
+
+    name: str
+    """Stage name (recorded at the boundary; profiles are saved as profiles/<name>.json)."""
+    steps: int = Field(ge=1)
+    """RL steps in this stage."""
+    tasks: TasksConfig | None = None
+    """Task pool, filters and sampler of this stage; null keeps the previous stage's."""
+    prompts_per_step: int | None = Field(None, ge=1)
+    """Tasks per step in this stage."""
+    group_size: int | None = Field(None, ge=1)
+    """Rollouts per task in this stage."""
+    max_turns: int | None = Field(None, ge=1)
+    """Policy turns per episode in this stage."""
+    max_tokens: int | None = Field(None, ge=1)
+    """Episode length budget (prompt included) in this stage."""
+    max_new_tokens: int | None = Field(None, ge=1)
+    """Tokens per policy turn in this stage."""
+    reset_optimizer: bool = False
+    """Start this stage with fresh AdamW moments and learning-rate warm-up."""
+    reset_reference: bool = False
+    """Make the current policy the KL reference from this stage on (matters when rl.kl_coef > 0)."""
+
+
 class RLConfig(_Cfg):
     steps: int = 60
-    """RL optimizer steps (each on a fresh batch of rollouts)."""
+    """RL optimizer steps (each on a fresh batch of rollouts); with `stages`, set to the sum of their steps."""
+    stages: list[RLStageConfig] = Field(default_factory=list)
+    """Multi-stage RL: stages run in order inside the `rl` stage; empty means one stage of `steps` steps."""
+    max_generated_tokens: int | None = Field(None, ge=1)
+    """Stop RL early once this many policy (ACTION) tokens were generated, profiling included."""
     prompts_per_step: int = 16
     """Tasks sampled per step."""
     group_size: int = 8
@@ -176,8 +210,19 @@ class Recipe(_Cfg):
     """Limits that stop RL cleanly (checkpoint saved, event stored, exit code 3); all off by default."""
     loggers: LoggersConfig = Field(default_factory=LoggersConfig)
     """Extra metric sinks (TensorBoard, W&B, MLflow); metrics.jsonl and the store are always written."""
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
+    """Training task pool, filters, difficulty profile and sampler; no sources means the env's generator."""
     stages: list[Literal["sft", "eval", "rl"]] = Field(default_factory=lambda: ["sft", "eval", "rl", "eval"])
     """Stages in order; the model is built or loaded first."""
+
+    @model_validator(mode="after")
+    def _stage_steps(self) -> Recipe:
+        if self.rl.stages:
+            names = [s.name for s in self.rl.stages]
+            if len(set(names)) != len(names):
+                raise ValueError(f"rl.stages names must be unique, got {names}")
+            object.__setattr__(self.rl, "steps", sum(s.steps for s in self.rl.stages))
+        return self
 
     @property
     def episodes_per_step(self) -> int:
@@ -251,6 +296,8 @@ def _explain(err: ValidationError, source: str) -> str:
         close = difflib.get_close_matches(loc, _valid_keys(Recipe), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         return f"unknown key {loc!r} in {source}{hint}"
+    if not loc:  # a check across fields: its message says what is wrong
+        return f"{source}: {e['msg'].removeprefix('Value error, ')}"
     return f"bad value for {loc!r} in {source}: {e['msg']} (got {e.get('input')!r})"
 
 

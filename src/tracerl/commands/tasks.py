@@ -82,19 +82,10 @@ def resolve_target(target: str, license: str | None = None):
             except ValidationError as err:
                 raise UserError(f"{target!r}: tasks.{_first_error(err)}") from None
     from tracerl.config import load_recipe
+    from tracerl.train.stages import recipe_tasks
 
     recipe = load_recipe(target)
-    embedded = getattr(recipe, "tasks", None)
-    if embedded is not None and embedded.sources:
-        return embedded, recipe
-    env = recipe.env
-    sources = [TaskSourceConfig(env=env.name, split="train", n=env.train_tasks, seed=recipe.run.seed,
-                                difficulty=tuple(env.train_difficulty)),
-               TaskSourceConfig(env=env.name, split="heldout", n=env.heldout_tasks, seed=recipe.run.seed,
-                                difficulty=tuple(env.heldout_difficulty))]
-    return TasksConfig(sources=sources, **({} if embedded is None else
-                                          {"filters": embedded.filters, "sampler": embedded.sampler,
-                                           "profile": embedded.profile})), recipe
+    return recipe_tasks(recipe), recipe
 
 
 def _with_filter_overrides(cfg, items: list[str]):

@@ -133,6 +133,9 @@ class ProfileConfig(_Strict):
 
     path: str | None = Field(None, description="Difficulty profile JSON to load (written by `tracerl tasks profile`).")
     attempts: int = Field(8, ge=1, description="Attempts per task when profiling.")
+    tasks: int = Field(
+        0, ge=0, description="In training: when a stage needs a profile and `path` is unset, profile this many training "
+        "tasks (a seeded draw) under the policy at the stage start; the stage then trains on those tasks.")
     reprofile_each_stage: bool = Field(
         False, description="Before each RL stage after the first, re-profile and drop tasks that became all-pass.")
 

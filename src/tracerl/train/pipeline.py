@@ -7,6 +7,7 @@ protocol, and the before/after table compares them.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import time
@@ -17,19 +18,33 @@ import yaml
 
 from tracerl.config import Recipe
 from tracerl.envs import get_env
+from tracerl.errors import UserError
 from tracerl.eval.heldout import run_heldout
 from tracerl.eval.record import heldout_protocol, record_evaluation
-from tracerl.errors import UserError
 from tracerl.manifest import build_manifest, sha256_text
 from tracerl.models import build_tiny, load_model_and_tokenizer, tokenizer_hashes
 from tracerl.rollout import LoopBudgets, TorchEngine
 from tracerl.store import RunDir
+from tracerl.tasks import build_pool
+from tracerl.tasks.attempts import engine_attempt_fn
 from tracerl.tasks.task import tasks_sha256
 from tracerl.telemetry import MetricLoggers
-from tracerl.train.checkpoint import load_trainer_state, save_checkpoint
+from tracerl.train.checkpoint import (
+    freeze,
+    load_reference,
+    load_trainer_state,
+    save_checkpoint,
+)
 from tracerl.train.demos import collect_demos, demo_texts, tokenize_demo
 from tracerl.train.rl import RLState, train_rl
 from tracerl.train.sft import train_sft
+from tracerl.train.stages import (
+    RLStage,
+    build_stage_tasks,
+    recipe_tasks,
+    rl_stages,
+    write_ledger,
+)
 
 
 @dataclasses.dataclass
@@ -107,8 +122,14 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
 
     spec = get_env(recipe.env.name)
     seed = recipe.run.seed
-    train_tasks = spec.generate("train", recipe.env.train_tasks, seed, tuple(recipe.env.train_difficulty))
-    heldout = spec.generate("heldout", recipe.env.heldout_tasks, seed, tuple(recipe.env.heldout_difficulty))
+    # the recipe's task pool before any profile-based filter: SFT demonstrations and the manifest use it;
+    # each RL stage builds its own pool from it (stages.build_stage_tasks)
+    base_cfg = recipe_tasks(recipe)
+    base_pool = build_pool(base_cfg.model_copy(update={"filters": base_cfg.filters.model_copy(
+        update={"all_pass": False, "all_fail": False})}))
+    train_tasks = base_pool.train
+    heldout = base_pool.heldout or spec.generate("heldout", recipe.env.heldout_tasks, seed,
+                                                 tuple(recipe.env.heldout_difficulty))
     demos = []
     if resume is None and ("sft" in stages or recipe.model.path is None):
         t0 = time.time()
@@ -132,7 +153,9 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
             config_yaml=config_yaml, seeds={"run": seed}, tokenizer=hashes,
             tasks={"source": spec.name, "train_sha256": tasks_sha256(train_tasks),
                    "heldout_sha256": tasks_sha256(heldout), "train": len(train_tasks), "heldout": len(heldout),
-                   "revisions": sorted({t.source_revision for t in train_tasks + heldout})},
+                   "revisions": sorted({t.source_revision for t in train_tasks + heldout}),
+                   "pool": base_pool.manifest(), "sampler": recipe.tasks.sampler.model_dump(mode="json"),
+                   "rl_stages": [st.describe() for st in rl_stages(recipe)]},
             env={"name": spec.name, "revision": spec.revision},
             verifier={"name": f"{spec.name}.verify", "revision": spec.revision},
             sandbox=_sandbox_revision(), truncation_policy=recipe.rl.truncation,
@@ -166,12 +189,15 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
         summary_path.write_text(json.dumps({"evals": evals}, indent=2))
         return m
 
+    reference = {"model": load_reference(ckpt, model) if resume is not None else None}
+
     def on_ckpt(step: int, state: RLState) -> None:
-        save_checkpoint(run.checkpoints / f"step_{step}", model, tokenizer, state={"stage": "rl", **state.as_dict()})
+        save_checkpoint(run.checkpoints / f"step_{step}", model, tokenizer, state={"stage": "rl", **state.as_dict()},
+                        reference=reference["model"])
 
     loggers = MetricLoggers(run, recipe.loggers, hparams=recipe.model_dump(mode="json"))
-    log_sft = lambda m, s: loggers.log(m, stage="sft", step=s)  # noqa: E731
-    log_rl = lambda m, s: loggers.log(m, stage="rl", step=s)  # noqa: E731
+    log_sft = lambda m, s: loggers.log(m, stage="sft", step=s)
+    log_rl = lambda m, s: loggers.log(m, stage="rl", step=s)
     for stage in stages:
         if stage == "sft":
             examples = [tokenize_demo(tokenizer, d) for d in demos]
@@ -186,10 +212,18 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
                  f"(avg@{recipe.eval.samples} over {len(eval_tasks)} tasks), tool calls/episode "
                  f"{m['eval/tool_calls_per_episode']:.2f}")
         elif stage == "rl":
-            state = train_rl(model, tokenizer, engine, train_tasks, recipe, spec=spec, log=log_rl,
-                             on_eval=lambda s, v: evaluate(s, v, f"rl step {s}"), on_checkpoint=on_ckpt,
-                             store=run.store, tokenizer_hashes=hashes, progress=recipe.run.progress,
-                             state=rl_state or RLState(policy_version=version))
+            state = rl_state or RLState(policy_version=version)
+            for st in rl_stages(recipe):
+                if state.step >= st.end:
+                    continue
+                if recipe.rl.max_generated_tokens is not None and state.generated_tokens >= recipe.rl.max_generated_tokens:
+                    break
+                sampler = _start_stage(st, state, run=run, engine=engine, spec=spec, recipe=recipe, hashes=hashes,
+                                       reference=reference, model=model)
+                state = train_rl(model, tokenizer, engine, sampler, st.recipe, spec=spec, log=log_rl,
+                                 on_eval=lambda s, v: evaluate(s, v, f"rl step {s}"), on_checkpoint=on_ckpt,
+                                 store=run.store, tokenizer_hashes=hashes, progress=recipe.run.progress,
+                                 state=state, until=st.end, stage_index=st.index, reference=reference["model"])
             version, rl_steps_done, last_stage = state.policy_version, state.step, "rl"
     final = run.checkpoints / f"step_{rl_steps_done}"
     if not final.exists():
@@ -201,6 +235,48 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     loggers.close()
     run.close()
     return result
+
+
+def _start_stage(st: RLStage, state: RLState, *, run: RunDir, engine: TorchEngine, spec, recipe: Recipe,
+                 hashes: dict[str, str], reference: dict, model):
+    """Build the stage's pool and sampler; at a fresh start apply its resets and record the boundary."""
+    resumed = state.rl_stage == st.name and state.step > st.start and state.sampler_state is not None
+    if not resumed and st.index > 0 and st.reset_optimizer:
+        state.optimizer_state = state.scheduler_state = None
+    if recipe.rl.kl_coef > 0:
+        if not resumed and (reference["model"] is None or st.reset_reference):
+            reference["model"] = freeze(copy.deepcopy(model))  # the policy at the stage start
+        elif reference["model"] is None:
+            raise UserError(f"the checkpoint of {run.path} holds no KL reference policy, so rl.kl_coef > 0 cannot "
+                            "resume it; resume with rl.kl_coef=0 or start the run again")
+    r = st.recipe
+
+    def attempt_fn():
+        def spend(trajs):
+            state.generated_tokens += sum(t.num_action_tokens for t in trajs)
+            run.store.add_trajectories(trajs, stage="profile", step=state.step)
+
+        return engine_attempt_fn(engine, spec, budgets=LoopBudgets(r.env.max_turns, r.env.max_tokens, r.env.max_new_tokens),
+                                 sampling=r.sampling.model_dump(), seed=r.run.seed * 7919 + st.index,
+                                 policy_version=state.policy_version, tokenizer_hashes=hashes, on_trajectories=spend)
+
+    t0 = time.time()
+    tasks = build_stage_tasks(recipe, st, run_path=run.path, attempt_fn=attempt_fn,
+                              policy=f"{run.path.name} policy version {state.policy_version}")
+    if resumed:
+        tasks.sampler.load_state_dict(state.sampler_state)
+        return tasks.sampler
+    state.rl_stage, state.sampler_state = st.name, None
+    write_ledger(run.path / "tasks_ledger.jsonl", tasks.pool.ledger, st.name)
+    payload = {**st.describe(), "pool": tasks.pool.manifest(), "train_tasks": len(tasks.pool.train),
+               "profiled_tasks": len(tasks.profile) if tasks.profiled_here else 0,
+               "generated_tokens_before": state.generated_tokens}
+    run.store.add_event("rl_stage", f"RL stage {st.name!r} starts at step {st.start}", stage="rl", step=st.start,
+                        payload=payload)
+    _say(f"rl stage {st.name!r}: steps {st.start}..{st.end}, {len(tasks.pool.train)} training tasks, "
+         f"sampler {r.tasks.sampler.kind}" + (f", profiled {len(tasks.profile)} tasks in {time.time() - t0:.0f}s"
+                                                if tasks.profiled_here else ""))
+    return tasks.sampler
 
 
 def _print_table(result: RunResult, recipe: Recipe) -> None:

@@ -1,0 +1,36 @@
+"""A one-turn env with a reward the tiny model can earn from the start: trainer tests need real updates."""
+
+import pytest
+
+from tracerl.contract import TerminalReason
+from tracerl.envs import EnvSpec, Step, get_env
+from tracerl.envs.base import register_env
+
+
+class ParityEnv:
+    """One turn; reward 1 when the action has an even number of characters (a learnable signal)."""
+
+    name, revision = "parity", "1"
+
+    def reset(self, task, seed):
+        self.task = task
+        return [{"role": "user", "content": str(task.prompt)}]
+
+    def step(self, action_text):
+        return Step(terminated=True, terminal_reason=TerminalReason.EOS,
+                    reward_components={"correct": float(len(action_text) % 2 == 0)})
+
+    def state_hash(self):
+        return "s"
+
+
+def parity_spec() -> EnvSpec:
+    base = get_env("math_tool")
+    return EnvSpec(name="parity", revision="1", make=ParityEnv, generate=base.generate, expert=base.expert,
+                   reward_weights={"correct": 1.0}, stop_strings=("</answer>",), special_tokens=base.special_tokens)
+
+
+@pytest.fixture(scope="session")
+def parity_env() -> EnvSpec:
+    """Registers the parity env (math_tool's tasks and expert) and returns its spec."""
+    return register_env(parity_spec())

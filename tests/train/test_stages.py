@@ -1,0 +1,101 @@
+"""Multi-stage RL through the real pipeline: per-stage pools, samplers, budgets, resets and boundaries."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tracerl.config import load_recipe
+from tracerl.errors import UserError
+from tracerl.store import RunDir
+from tracerl.train.checkpoint import load_trainer_state
+from tracerl.train.pipeline import run_recipe
+from tracerl.train.stages import rl_stages
+
+STAGES = ('rl.stages=[{name: warm, steps: 2}, {name: hard, steps: 2, group_size: 2, max_new_tokens: 16, '
+          'reset_optimizer: true, reset_reference: true, tasks: {sampler: {kind: curriculum}, '
+          'profile: {tasks: 8, attempts: 2}}}]')
+
+
+def _recipe(run_dir, *extra):
+    return load_recipe("smoke", [f"run.dir={run_dir}", "env.name=parity", STAGES, "rl.kl_coef=0.05", "rl.checkpoint_every=1",
+                                 "stages=[sft, rl]", "rl.truncation=keep", *extra])
+
+
+def test_stage_settings_inherit_from_the_previous_stage():
+    r = load_recipe("smoke", ['rl.stages=[{name: a, steps: 3, group_size: 2, max_tokens: 128}, {name: b, steps: 1}]'])
+    a, b = rl_stages(r)
+    assert r.rl.steps == 4 and (a.start, a.end, b.start, b.end) == (0, 3, 3, 4)
+    assert b.recipe.rl.group_size == 2 and b.recipe.env.max_tokens == 128  # inherited
+    assert b.recipe.rl.prompts_per_step == r.rl.prompts_per_step
+    assert [(s.env, s.split) for s in b.tasks.sources] == [("math_tool", "train"), ("math_tool", "heldout")]
+    (only,) = rl_stages(load_recipe("smoke"))
+    assert (only.name, only.start, only.end) == ("rl", 0, 2)
+
+
+@pytest.mark.parametrize("items, needle", [
+    (['rl.stages=[{name: a, steps: 0}]'], "greater than or equal to 1"),
+    (['rl.stages=[{name: a, steps: 2}, {name: a, steps: 1}]'], "unique"),
+])
+def test_bad_stage_lists_are_refused(items, needle):
+    with pytest.raises(UserError, match=needle):
+        load_recipe("smoke", items)
+
+
+@pytest.fixture(scope="module")
+def staged_run(tmp_path_factory, parity_env):
+    run_dir = tmp_path_factory.mktemp("staged") / "run"
+    run_recipe(_recipe(run_dir))
+    return run_dir
+
+
+def test_stage_boundaries_pools_and_budgets_are_recorded(staged_run):
+    run = RunDir(staged_run)
+    events = run.store.events("rl_stage")
+    assert [(e["step"], e["payload"]["name"], e["payload"]["group_size"]) for e in events] == [
+        (0, "warm", 4), (2, "hard", 2)]
+    assert events[1]["payload"]["profiled_tasks"] == 8 and events[1]["payload"]["train_tasks"] == 8
+    assert run.store.count("profile") == 8 * 2  # 8 tasks x 2 attempts, stored as evidence
+    rows = [json.loads(line) for line in (staged_run / "metrics.jsonl").read_text().splitlines()]
+    rl_rows = [r for r in rows if "rl/stage" in r]
+    assert [r["rl/stage"] for r in rl_rows] == [0, 0, 1, 1]
+    assert all("tasks/curriculum_mean" in r for r in rl_rows[2:]) and "tasks/curriculum_mean" not in rl_rows[0]
+    for step, n in ((0, 16), (1, 16), (2, 8), (3, 8)):  # prompts_per_step 4 x group size 4, then 2
+        assert len(list(run.store.trajectories(stage="rl", step=step))) == n
+    profile = json.loads((staged_run / "profiles" / "hard.json").read_text())
+    assert len(profile["tasks"]) == 8 and all(v["attempts"] == 2 for v in profile["tasks"].values())
+    hard_ids = set(profile["tasks"])
+    assert all(t.task_id in hard_ids for step in (2, 3) for t in run.store.trajectories(stage="rl", step=step))
+    assert all(t.num_action_tokens <= 16 * 3 for t in run.store.trajectories(stage="rl", step=3))
+    run.close()
+
+
+def test_reset_optimizer_and_reference_at_the_boundary(staged_run):
+    ck = staged_run / "checkpoints"
+    # kl_coef > 0 and truncation=keep put every row in the update: one AdamW step per RL step (minibatches=1)
+    adam_steps = {s: int(next(iter(load_trainer_state(ck / f"step_{s}")["optimizer_state"]["state"].values()))["step"])
+                  for s in (1, 2, 3, 4)}
+    assert adam_steps == {1: 1, 2: 2, 3: 1, 4: 2}
+    ref3 = load_file(ck / "step_3" / "reference.safetensors")
+    policy2 = load_file(ck / "step_2" / "model.safetensors")
+    ref2 = load_file(ck / "step_2" / "reference.safetensors")
+    shared = [k for k in ref3 if k in policy2]
+    assert shared and all(torch.equal(ref3[k], policy2[k]) for k in shared)  # the policy at the stage start
+    assert any(not torch.equal(ref2[k], ref3[k]) for k in shared)
+
+
+def test_resume_inside_a_later_stage_repeats_the_same_steps(staged_run, tmp_path, parity_env):
+    copy_dir = tmp_path / "copy"
+    shutil.copytree(staged_run, copy_dir)
+    shutil.rmtree(copy_dir / "checkpoints" / "step_4")
+    run_recipe(_recipe(copy_dir), resume=copy_dir)
+    run = RunDir(copy_dir)
+    again = [t.token_ids for t in run.store.trajectories(stage="rl", step=3)]
+    assert len(again) == 16 and again[:8] == again[8:]  # the straight run's step, then the resumed one
+    assert run.store.count("profile") == 16  # the saved profile was reused, not sampled again
+    run.close()
+    a = load_file(staged_run / "checkpoints" / "step_4" / "model.safetensors")
+    b = load_file(copy_dir / "checkpoints" / "step_4" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
