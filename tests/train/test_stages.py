@@ -99,3 +99,32 @@ def test_resume_inside_a_later_stage_repeats_the_same_steps(staged_run, tmp_path
     a = load_file(staged_run / "checkpoints" / "step_4" / "model.safetensors")
     b = load_file(copy_dir / "checkpoints" / "step_4" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_mixture_of_a_task_file_and_a_generator_through_the_trainer(tmp_path, parity_env):
+    rows = [{"id": f"f{i}", "prompt": f"Say something about item number {i}.", "answer": "1"} for i in range(5)]
+    rows.append({"id": "dup", "prompt": rows[0]["prompt"], "answer": "1"})  # planted exact duplicate
+    rows.append({"id": "bad", "answer": "1"})  # planted bad row: no prompt
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # the generator comes first: SFT demonstrations are the expert's, on the first training tasks
+    tasks = ('tasks={sources: [{env: parity, name: gen, n: 40}, {path: %s, license: cc0}, '
+             '{env: parity, name: gen_heldout, split: heldout, n: 8, seed: 1}], filters: {exact_duplicates: true}, '
+             'sampler: {kind: mixture, weights: {mine: 0.25, gen: 0.75}}}' % path)
+    run_dir = tmp_path / "run"
+    run_recipe(load_recipe("smoke", [f"run.dir={run_dir}", "env.name=parity", tasks, "stages=[sft, rl]",
+                                     "rl.steps=3", "sft.demos=8"]))
+    manifest = json.loads((run_dir / "manifest.json").read_text())["tasks"]["pool"]
+    assert manifest["num_bad_rows"] == 1 and manifest["discarded"] == {"exact_duplicate": 1}
+    assert [s["name"] for s in manifest["sources"]] == ["gen", "mine", "gen_heldout"]
+    (ledger,) = [json.loads(line) for line in (run_dir / "tasks_ledger.jsonl").read_text().splitlines()]
+    assert (ledger["stage"], ledger["task_id"], ledger["filter"]) == ("rl", "dup", "exact_duplicate")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in rows if "tasks/share/mine" in r][-1]
+    # 3 steps x 4 prompts = 12 draws: exactly 3 from the file and 9 from the generator
+    assert (last["tasks/share/mine"], last["tasks/target/mine"]) == (0.25, 0.25)
+    assert (last["tasks/share/gen"], last["tasks/target/gen"]) == (0.75, 0.75)
+    run = RunDir(run_dir)
+    drawn = {t.task_id for t in run.store.trajectories(stage="rl")}
+    run.close()
+    assert len({d for d in drawn if d.startswith("f")}) == 3 and "dup" not in drawn

@@ -173,7 +173,10 @@ def load_hf(cfg: TaskSourceConfig) -> LoadedSource:
 
 def load_generator(generate: Callable[..., list[Task]], *, name: str, split: str = "train", n: int = 1000,
                    seed: int = 0, difficulty: float | tuple[float, float] | None = None) -> LoadedSource:
-    """Tasks from an env's `generate(split, n, seed, difficulty)`, checked like rows of a file."""
+    """Tasks from an env's `generate(split, n, seed, difficulty)`, checked like rows of a file.
+
+    Every task's `source` becomes `name`, so two generator sources of one env are two mixture domains.
+    """
     produced = list(generate(split, n, seed, difficulty))
     rows: list[tuple[int, Any]] = []
     for i, task in enumerate(produced, start=1):
@@ -182,7 +185,7 @@ def load_generator(generate: Callable[..., list[Task]], *, name: str, split: str
         elif task.split != split:
             rows.append((i, RowError(name, i, f"generator was asked for split {split!r} but returned {task.split!r}", "task")))
         else:
-            rows.append((i, task.to_dict()))
+            rows.append((i, {**task.to_dict(), "source": name}))
     tasks, errors = validate_rows(rows, RowDefaults(source=name, split=split), name, "task")
     digest = tasks_sha256(tasks)
     return LoadedSource(name, "generator", f"generator:{name}", tasks, errors, digest)

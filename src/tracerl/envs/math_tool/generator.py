@@ -52,8 +52,14 @@ def split_of(text: str) -> str:
 
 
 def generate(split: str = "train", n: int = 100, seed: int = 0,
-             difficulty: tuple[float, float] = (0.0, 1.0)) -> list[Task]:
-    """`n` distinct tasks of `split`, difficulty uniform in the given range, deterministic in seed."""
+             difficulty: float | tuple[float, float] | None = (0.0, 1.0)) -> list[Task]:
+    """`n` distinct tasks of `split`, difficulty uniform in the given range (one value, or None for
+    the whole range [0, 1]), deterministic in seed."""
+    if difficulty is None:
+        difficulty = (0.0, 1.0)
+    elif isinstance(difficulty, int | float):
+        difficulty = (float(difficulty), float(difficulty))
+    difficulty = tuple(difficulty)
     rng = random.Random(f"{SOURCE}:{split}:{seed}:{difficulty}")
     tasks, seen = [], set()
     while len(tasks) < n:
