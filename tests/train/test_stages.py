@@ -128,3 +128,20 @@ def test_mixture_of_a_task_file_and_a_generator_through_the_trainer(tmp_path, pa
     drawn = {t.task_id for t in run.store.trajectories(stage="rl")}
     run.close()
     assert len({d for d in drawn if d.startswith("f")}) == 3 and "dup" not in drawn
+
+
+def test_reprofiling_drops_tasks_that_became_all_pass(tmp_path, parity_env):
+    stages = ('rl.stages=[{name: a, steps: 1}, {name: b, steps: 2, tasks: {profile: '
+              '{tasks: 24, attempts: 2, reprofile_each_stage: true}}}]')
+    run_dir = tmp_path / "run"
+    run_recipe(load_recipe("smoke", [f"run.dir={run_dir}", "env.name=parity", stages, "stages=[sft, rl]"]))
+    profile = json.loads((run_dir / "profiles" / "b.json").read_text())["tasks"]
+    solved = {tid for tid, v in profile.items() if v["successes"] == v["attempts"]}
+    ledger = [json.loads(line) for line in (run_dir / "tasks_ledger.jsonl").read_text().splitlines()]
+    assert solved and {r["task_id"] for r in ledger} == solved  # the planted signal: reward is parity of length
+    assert all((r["stage"], r["filter"]) == ("b", "all_pass") for r in ledger)
+    assert not (run_dir / "profiles" / "a.json").exists()  # the first stage needs no profile
+    run = RunDir(run_dir)
+    drawn_b = {t.task_id for step in (1, 2) for t in run.store.trajectories(stage="rl", step=step)}
+    run.close()
+    assert drawn_b and not drawn_b & solved and drawn_b <= set(profile)
