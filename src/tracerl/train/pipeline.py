@@ -29,22 +29,11 @@ from tracerl.tasks import build_pool
 from tracerl.tasks.attempts import engine_attempt_fn
 from tracerl.tasks.task import tasks_sha256
 from tracerl.telemetry import MetricLoggers
-from tracerl.train.checkpoint import (
-    freeze,
-    load_reference,
-    load_trainer_state,
-    save_checkpoint,
-)
+from tracerl.train.checkpoint import freeze, load_reference, load_trainer_state, save_checkpoint
 from tracerl.train.demos import collect_demos, demo_texts, tokenize_demo
 from tracerl.train.rl import RLState, train_rl
 from tracerl.train.sft import train_sft
-from tracerl.train.stages import (
-    RLStage,
-    build_stage_tasks,
-    recipe_tasks,
-    rl_stages,
-    write_ledger,
-)
+from tracerl.train.stages import RLStage, build_stage_tasks, recipe_tasks, rl_stages, write_ledger
 
 
 @dataclasses.dataclass
@@ -196,8 +185,8 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
                         reference=reference["model"])
 
     loggers = MetricLoggers(run, recipe.loggers, hparams=recipe.model_dump(mode="json"))
-    log_sft = lambda m, s: loggers.log(m, stage="sft", step=s)
-    log_rl = lambda m, s: loggers.log(m, stage="rl", step=s)
+    log_sft = lambda m, s: loggers.log(m, stage="sft", step=s)  # noqa: E731
+    log_rl = lambda m, s: loggers.log(m, stage="rl", step=s)  # noqa: E731
     for stage in stages:
         if stage == "sft":
             examples = [tokenize_demo(tokenizer, d) for d in demos]
