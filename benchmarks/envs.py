@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/envs.py                      # every suite env, full shipped recipes
     .venv/bin/python benchmarks/envs.py --small search_qa    # reduced sizes (a few minutes each)
     .venv/bin/python benchmarks/envs.py --from-runs runs/bench-envs/*   # table of finished runs
+    .venv/bin/python benchmarks/envs.py --set run.threads=1 text_world  # extra recipe overrides
 
 Each environment runs its shipped recipe (`src/tracerl/recipes/<env>.yaml`, stages sft → eval →
 rl → eval) under the same frozen evaluation protocol before and after RL. Columns: held-out
@@ -69,12 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("envs", nargs="*", default=list(SUITE))
     p.add_argument("--small", action="store_true", help="reduced sizes: " + " ".join(SMALL))
     p.add_argument("--root", default="runs/bench-envs")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra recipe override, e.g. run.threads=1 (repeatable; wall time is then measured with it)")
     p.add_argument("--from-runs", nargs="+", metavar="RUN_DIR", help="tabulate finished runs instead of running")
     args = p.parse_args(argv)
     if args.from_runs:
         rows = [row_of(Path(d)) for d in args.from_runs]
     else:
-        rows = [run_env(n, SMALL if args.small else [], Path(args.root)) for n in args.envs]
+        rows = [run_env(n, (SMALL if args.small else []) + args.set, Path(args.root)) for n in args.envs]
     head = f"{'env':<14} {'SFT success':>11} {'RL success':>10} {'RL > SFT':>8} {'tool calls':>10} {'invalid':>8} {'wall':>7}"
     print("\n" + head + "\n" + "-" * len(head))
     for r in rows:

@@ -5,7 +5,7 @@ import pytest
 from tracerl.contract.roles import TerminalReason
 from tracerl.envs import get_env
 from tracerl.envs.search_qa import audit_cases, generate, make_expert
-from tracerl.envs.search_qa.env import SEARCH_BUDGET, SearchQAEnv, bm25_retriever
+from tracerl.envs.search_qa.env import MAX_INVALID, SEARCH_BUDGET, SearchQAEnv, bm25_retriever
 from tracerl.envs.search_qa.kb import normalize, passages
 from tracerl.errors import UserError
 
@@ -70,12 +70,22 @@ def test_normalized_exact_match():
 
 def test_invalid_actions_consume_a_turn_and_are_counted():
     task = generate("train", 1, seed=0)[0]
-    env = SearchQAEnv()
+    env = SearchQAEnv(max_invalid=None)
     env.reset(task, 0)
     for bad in ["kebuton", "<search>a</answer>", "<find>x</find>", "<search></search>", "<answer>x <b></b></answer>"]:
         step = env.step(bad)
         assert not step.terminated and step.info["invalid_action"] is True
         assert step.observation.startswith("<error>invalid_action")
+
+
+def test_the_max_invalid_th_invalid_action_ends_the_episode_as_a_failure():
+    task = generate("train", 1, seed=0)[0]
+    env = SearchQAEnv()
+    env.reset(task, 0)
+    steps = [env.step("kebuton") for _ in range(MAX_INVALID)]
+    assert not any(s.terminated for s in steps[:-1])
+    assert steps[-1].terminated and steps[-1].terminal_reason == TerminalReason.ENV_FAILURE
+    assert steps[-1].reward_components == {"correct": 0.0, "invalid_actions": float(MAX_INVALID)}
 
 
 def test_search_budget():

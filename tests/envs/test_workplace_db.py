@@ -6,6 +6,7 @@ from tracerl.contract.roles import TerminalReason
 from tracerl.envs import get_env
 from tracerl.envs.workplace_db import audit_cases, expected_state, generate
 from tracerl.envs.workplace_db.db import dump
+from tracerl.envs.workplace_db.env import MAX_INVALID, WorkplaceDBEnv
 
 SPEC = get_env("workplace_db")
 
@@ -55,7 +56,7 @@ def test_retried_tool_calls_are_idempotent(kit):
 
 def test_invalid_and_blocked_calls_leave_the_database_untouched(kit):
     task = generate("train", 1, seed=0, difficulty=1 / 3)[0]
-    env = SPEC.make()
+    env = WorkplaceDBEnv(max_invalid=None)
     env.reset(task, 0)
     start = env.state_hash()
     cases = {
@@ -72,6 +73,16 @@ def test_invalid_and_blocked_calls_leave_the_database_untouched(kit):
         assert step.observation.startswith(f"<error>{kind}"), (action, step.observation)
         assert step.info["blocked_action"] == (kind == "blocked_action")
     assert env.state_hash() == start
+
+
+def test_the_max_invalid_th_invalid_call_ends_the_episode_as_a_failure(kit):
+    task = generate("train", 1, seed=0, difficulty=1 / 3)[0]
+    env = SPEC.make()
+    env.reset(task, 0)
+    steps = [env.step("<call>fire everyone</call>") for _ in range(MAX_INVALID)]
+    assert not any(s.terminated for s in steps[:-1])
+    assert steps[-1].terminated and steps[-1].terminal_reason == TerminalReason.ENV_FAILURE
+    assert steps[-1].reward_components == {"correct": 0.0, "invalid_actions": float(MAX_INVALID)}
 
 
 def test_quoted_sql_is_data_not_code(kit):

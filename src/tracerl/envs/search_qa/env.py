@@ -3,7 +3,9 @@
 Grammar: the policy ends each turn with `<search>query</search>` (observation: the top-k passages
 inside `<result>…</result>`) or `<answer>text</answer>` (ends the episode, scored by normalized
 exact match, `correct`). Searches beyond the per-episode budget are invalid actions, counted in
-`invalid_actions` (weight −0.1). A failing index is a tool
+`invalid_actions` (weight −0.1); the `MAX_INVALID`-th invalid action ends the episode as
+`env_failure` (`correct` 0), since a babbling policy would otherwise run into the turn budget, a
+truncation that RL masks, and never learn that babbling fails. A failing index is a tool
 fault: the episode ends as `infra_failure` and carries no reward.
 """
 
@@ -21,9 +23,10 @@ from tracerl.envs.search_qa.kb import normalize, passages
 from tracerl.tasks.task import Task
 
 NAME = "search_qa"
-REVISION = "search_qa-env-1"
+REVISION = "search_qa-env-2"  # 2: the MAX_INVALID-th invalid action ends the episode as a failure
 TOP_K = 2
 SEARCH_BUDGET = 3
+MAX_INVALID = 2
 SYSTEM = ("Answer the question. To search, write <search>name</search>; you get passages in "
           "<result></result>. Give the final answer as <answer>name</answer>.")
 
@@ -52,7 +55,8 @@ class SearchQAEnv:
     revision = REVISION
 
     def __init__(self, retriever: Retriever = bm25_retriever, top_k: int = TOP_K,
-                 search_budget: int = SEARCH_BUDGET) -> None:
+                 search_budget: int = SEARCH_BUDGET, max_invalid: int | None = MAX_INVALID) -> None:
+        self.max_invalid = max_invalid
         self._make_retriever = retriever
         self.top_k = top_k
         self.search_budget = search_budget
@@ -74,8 +78,7 @@ class SearchQAEnv:
             return _invalid("episode_over", "the episode has ended")
         action = parse_tagged(action_text, ("search", "answer"))
         if action.kind == "invalid":
-            self._invalid += 1
-            return _invalid("invalid_action", action.reason)
+            return self._invalid_step(action.reason)
         tool, body = action.kind, action.body
         if tool == "answer":
             self._done = True
@@ -83,11 +86,9 @@ class SearchQAEnv:
             return Step(None, True, TerminalReason.EOS, {"correct": correct, "invalid_actions": float(self._invalid)},
                         {"tool": "answer", "searches": self._searches})
         if self._searches >= self.search_budget:
-            self._invalid += 1
-            return _invalid("invalid_action", f"search budget of {self.search_budget} is spent; answer now")
+            return self._invalid_step(f"search budget of {self.search_budget} is spent; answer now")
         if not body.strip():
-            self._invalid += 1
-            return _invalid("invalid_action", "empty search query")
+            return self._invalid_step("empty search query")
         self._searches += 1
         self._queries.append(body.strip())
         try:
@@ -100,6 +101,15 @@ class SearchQAEnv:
                         {"tool": "search", "infra_error": f"{type(err).__name__}: {err}"})
         text = " | ".join(hits) if hits else "no results"
         return Step(f"<result> {text}</result>\n", info={"tool": "search", "tool_status": "ok", "invalid_action": False})
+
+    def _invalid_step(self, why: str) -> Step:
+        self._invalid += 1
+        step = _invalid("invalid_action", why)
+        if self.max_invalid is not None and self._invalid >= self.max_invalid:
+            self._done = True
+            return Step(step.observation, True, TerminalReason.ENV_FAILURE,
+                        {"correct": 0.0, "invalid_actions": float(self._invalid)}, step.info)
+        return step
 
     def state_hash(self) -> str:
         state = {"task": self._task.id if self._task else None, "queries": self._queries,

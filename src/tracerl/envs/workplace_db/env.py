@@ -6,7 +6,9 @@ whole database with the state the task's reference calls produce (`correct`); th
 never read. `invalid_actions` counts malformed and blocked calls (weight −0.1, as in text_world), so
 that RL gets a signal against degenerate calls even in groups where no episode succeeds.
 Malformed calls are `invalid_action`, deletions `blocked_action`; both leave the database untouched
-and consume a turn. An SQLite error that escapes validation is a tool fault: `infra_failure`.
+and consume a turn. The `MAX_INVALID`-th of them ends the episode as `env_failure` (`correct` 0): a
+policy that only babbles otherwise runs into the turn or token budget, a truncation that RL masks,
+so it would never learn that babbling fails. An SQLite error that escapes validation is a tool fault: `infra_failure`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from tracerl.envs.workplace_db import db
 from tracerl.tasks.task import Task
 
 NAME = "workplace_db"
-REVISION = "workplace_db-env-1"
+REVISION = "workplace_db-env-2"  # 2: the MAX_INVALID-th invalid call ends the episode as a failure
+MAX_INVALID = 2
 SYSTEM = ("You run the office database (employees: id name team; tickets: id topic owner status). "
           "Each turn write one <call>…</call>: find TABLE col value, set TABLE id N col value, "
           "add TABLE col value …, or done.")
@@ -42,8 +45,9 @@ class WorkplaceDBEnv:
     name = NAME
     revision = REVISION
 
-    def __init__(self) -> None:
+    def __init__(self, max_invalid: int | None = MAX_INVALID) -> None:
         self._conn: sqlite3.Connection | None = None
+        self.max_invalid = max_invalid
 
     def reset(self, task: Task, seed: int) -> list[Message]:
         self._task = task
@@ -59,8 +63,7 @@ class WorkplaceDBEnv:
             return _error("invalid_action", "the episode has ended")
         action = parse_tagged(action_text, ("call",))
         if action.kind == "invalid":
-            self._invalid += 1
-            return _error("invalid_action", action.reason)
+            return self._invalid_step("invalid_action", action.reason)
         try:
             op, table, args = db.parse(action.body)
             if op == "done":
@@ -72,13 +75,21 @@ class WorkplaceDBEnv:
             self._calls += 1
             result = db.execute(self._conn, op, table, args)
         except db.CallError as err:
-            self._invalid += 1
-            return _error(err.kind, str(err))
+            return self._invalid_step(err.kind, str(err))
         except sqlite3.Error as err:  # validation passed, so this is the database failing, not the policy
             self._done = True
             return Step(None, True, TerminalReason.INFRA_FAILURE, {},
                         {"tool": op, "infra_error": f"{type(err).__name__}: {err}"})
         return Step(f"<result>{result}</result>\n", info={"tool": op, "tool_status": "ok", "invalid_action": False})
+
+    def _invalid_step(self, kind: str, why: str) -> Step:
+        self._invalid += 1
+        step = _error(kind, why)
+        if self.max_invalid is not None and self._invalid >= self.max_invalid:
+            self._done = True
+            return Step(step.observation, True, TerminalReason.ENV_FAILURE,
+                        {"correct": 0.0, "invalid_actions": float(self._invalid)}, step.info)
+        return step
 
     def state_hash(self) -> str:
         return db.digest(self._conn) if self._conn is not None else ""
