@@ -117,6 +117,12 @@ def synthetic_run(root: str | Path, *, steps: int = 12, groups: int = 4, group_s
                                loss_stats={"approx_kl": 0.001 * (1 + step), "clip_frac_low": 0.01 * rng.random(),
                                            "clip_frac_high": 0.02 + 0.01 * step / steps, "loss": -0.1},
                                timings={"rollout": rng.uniform(3, 4), "verify": 0.4, "learner": rng.uniform(1, 1.5)})
+        # what a dynamic-sampling curriculum over two sources reports (train.rl._task_metrics)
+        extra = rng.randrange(0, 3)  # zero-variance groups dropped and replaced this step
+        metrics |= {"tasks/rounds": 1.0 + (extra > 0), "tasks/groups_generated": float(groups + extra),
+                    "tasks/groups_kept": float(groups), "tasks/zero_variance_groups": float(extra),
+                    "tasks/curriculum_mean": 0.8 - 0.6 * step / steps, "tasks/share/math": 0.7 + 0.02 * rng.random(),
+                    "tasks/target/math": 0.7}
         loggers.log(metrics, stage="rl", step=step)
         if step % 4 == 3:
             ev = {"avg@4": 0.2 + 0.5 * step / steps, "pass@1": 0.2 + 0.5 * step / steps, "pass@4": 0.4 + 0.5 * step / steps}

@@ -53,6 +53,12 @@ FIGURES = (
         Panel("rate", ("rollout/truncation_rate", "tool/error_rate", "env/invalid_action_rate", "groups/zero_var_frac")),
         Panel("per episode / count", ("tool/calls_per_episode", "rollout/infra_failures", "staleness/mean"))),
         "Truncated episodes, tool errors per call, invalid actions per turn, zero-variance groups; infra failures are counted, never rewarded."),
+    Figure("tasks.png", "Task sampling", (
+        Panel("groups per step", ("tasks/groups_generated", "tasks/groups_kept", "tasks/zero_variance_groups",
+                                  "tasks/rounds")),
+        Panel("share / pass rate", ("tasks/share/*", "tasks/target/*", "tasks/curriculum_mean"))),
+        "What the sampler drew: groups generated and kept (dynamic sampling), zero-variance groups, "
+        "each source's observed share next to its target (mixtures), the curriculum's target pass rate."),
     Figure("sft.png", "Supervised cold start", (
         Panel("loss", ("sft/loss", "sft/*loss*")),),
         "Cross-entropy on action tokens of the expert demonstrations (the action grammar the RL stage starts from)."),
