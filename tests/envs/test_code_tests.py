@@ -5,7 +5,7 @@ import pytest
 from tracerl.contract.roles import TerminalReason
 from tracerl.envs import get_env
 from tracerl.envs.code_tests import audit_cases, generate
-from tracerl.envs.code_tests.env import RUN_BUDGET, CodeTestsEnv
+from tracerl.envs.code_tests.env import MAX_INVALID, RUN_BUDGET, CodeTestsEnv
 from tracerl.envs.code_tests.harness import evaluate
 from tracerl.sandbox import ExecResult, Status
 
@@ -71,7 +71,7 @@ def test_audit_cases_are_not_rewarded(kit):
 
 def test_invalid_actions_and_run_budget(kit):
     task = generate("train", 1, seed=0)[0]
-    env = CodeTestsEnv()
+    env = CodeTestsEnv(max_invalid=None)
     env.reset(task, 0)
     for bad in ["def f(x): return x", "<code>print(1)</code>", "<run>x</answer>"]:
         step = env.step(bad)
@@ -80,6 +80,16 @@ def test_invalid_actions_and_run_budget(kit):
         assert env.step(f"<run>{task.answer}</run>").observation == "<output>pass 2/2</output>\n"
     step = env.step(f"<run>{task.answer}</run>")
     assert step.info["invalid_action"] and "budget" in step.observation
+
+
+def test_the_max_invalid_th_invalid_action_ends_the_episode_as_a_failure(kit):
+    task = generate("train", 1, seed=0)[0]
+    env = CodeTestsEnv()
+    env.reset(task, 0)
+    steps = [env.step("def f(x): return x") for _ in range(MAX_INVALID)]
+    assert not any(s.terminated for s in steps[:-1])
+    assert steps[-1].terminated and steps[-1].terminal_reason == TerminalReason.ENV_FAILURE
+    assert steps[-1].reward_components == {"tests": 0.0}
 
 
 class CrashingSandbox:

@@ -6,7 +6,9 @@ episode (`eos`) and the hidden tests score it through the unit-test verifier
 (`tracerl.verifiers.UnitTestVerifier`: pristine copy per test, host-side comparison, nonce): the
 `tests` component is the fraction passed. Runs use the lighter `harness.evaluate` (one sandbox call,
 host-side comparison) because they also need the feedback line. A sandbox fault (status `crash`)
-ends the episode as `infra_failure`, never a reward.
+ends the episode as `infra_failure`, never a reward. The `MAX_INVALID`-th invalid action (malformed,
+or a run past the budget) ends the episode as `env_failure` with `tests` 0: a babbling policy would
+otherwise run into the turn or token budget, a truncation that RL masks, and never see it fail.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from tracerl.envs.grammar import parse_tagged
 from tracerl.tasks.task import Task
 
 NAME = "code_tests"
-REVISION = "code_tests-env-1"
+REVISION = "code_tests-env-2"  # 2: the MAX_INVALID-th invalid action ends the episode as a failure
 RUN_BUDGET = 3
+MAX_INVALID = 2
 SYSTEM = ("Write the Python function. <run>code</run> tests it on the examples; "
           "submit with <answer>code</answer>.")
 
@@ -33,17 +36,19 @@ class CodeTestsEnv:
     name = NAME
     revision = REVISION
 
-    def __init__(self, sandbox=None, run_budget: int = RUN_BUDGET) -> None:
+    def __init__(self, sandbox=None, run_budget: int = RUN_BUDGET, max_invalid: int | None = MAX_INVALID) -> None:
         from tracerl.verifiers import UnitTestVerifier
 
         self._sandbox = sandbox
         self._verifier = UnitTestVerifier(sandbox=sandbox, timeout_s=0.5)
         self.run_budget = run_budget
+        self.max_invalid = max_invalid
         self._task: Task | None = None
 
     def reset(self, task: Task, seed: int) -> list[Message]:
         self._task = task
         self._runs: list[str] = []
+        self._invalid = 0
         self._done = False
         return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.prompt}]
 
@@ -53,9 +58,9 @@ class CodeTestsEnv:
             return _invalid("the episode has ended")
         action = parse_tagged(action_text, ("run", "answer"))
         if action.kind == "invalid":
-            return _invalid(action.reason)
+            return self._invalid_step(action.reason)
         if action.kind == "run" and len(self._runs) >= self.run_budget:
-            return _invalid(f"run budget of {self.run_budget} is spent; submit an answer")
+            return self._invalid_step(f"run budget of {self.run_budget} is spent; submit an answer")
         if action.kind == "answer":
             return self._grade(action.body)
         out = evaluate(action.body, [tuple(c) for c in self._task.tests["visible"]], self._sandbox)
@@ -66,6 +71,14 @@ class CodeTestsEnv:
         self._runs.append(action.body)
         text = f"pass {out.passed}/{out.total}" if out.passed == out.total else out.feedback
         return Step(f"<output>{text}</output>\n", info=info)
+
+    def _invalid_step(self, why: str) -> Step:
+        self._invalid += 1
+        step = _invalid(why)
+        if self.max_invalid is not None and self._invalid >= self.max_invalid:
+            self._done = True
+            return Step(step.observation, True, TerminalReason.ENV_FAILURE, {"tests": 0.0}, step.info)
+        return step
 
     def _grade(self, code: str) -> Step:
         self._done = True
