@@ -145,22 +145,24 @@ def _call(req, fds, ctrl, config, workdir):
         _send(ctrl, {"id": call_id, "status": "crash", "reason": f"sandbox setup failed: {exc}"})
         os._exit(0)
     ready_r, ready_w = os.pipe()
+
+    def on_alarm(signum, frame):
+        raise _Deadline()
+
+    # installed before the fork: a SIGALRM the program sends to init at once must find the handler
+    # (PID 1 drops signals it has no handler for); the program resets it to the default before exec
+    signal.signal(signal.SIGALRM, on_alarm)
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
         for target, fd in ((0, stdin_fd), (1, out_fd), (2, err_fd)):
             os.dup2(fd, target)
         _run_program(code, limits, workdir, namespaces, ready_w)
-    for fd in (stdin_fd, out_fd, err_fd, ready_w):
-        os.close(fd)
-
-    def on_alarm(signum, frame):
-        raise _Deadline()
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, limits["wall_s"])
     timed_out, status = False, None
     try:
+        for fd in (stdin_fd, out_fd, err_fd, ready_w):
+            os.close(fd)
+        signal.setitimer(signal.ITIMER_REAL, limits["wall_s"])
         while status is None:
             reaped, st = os.waitpid(-1, 0)
             if reaped == pid:
