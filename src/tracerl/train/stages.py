@@ -118,14 +118,14 @@ def build_stage_tasks(recipe: Recipe, stage: RLStage, *, run_path: Path,
     if cfg.profile.path:
         prof = DifficultyProfile.load(cfg.profile.path)
     elif _needs_profile(cfg, reprofile):
-        unfiltered = build_pool(cfg.model_copy(update={"filters": cfg.filters.model_copy(
-            update={"all_pass": False, "all_fail": False})}))
-        if saved.exists():
+        if saved.exists():  # a resumed run: the stage was profiled before the interruption
             prof = DifficultyProfile.load(saved)
         else:
             if not cfg.profile.tasks:
                 raise UserError(f"RL stage {stage.name!r} needs pass rates (curriculum, all-pass/all-fail filters or "
                                 "re-profiling); set tasks.profile.path or tasks.profile.tasks (how many to profile)")
+            unfiltered = build_pool(cfg.model_copy(update={"filters": cfg.filters.model_copy(
+                update={"all_pass": False, "all_fail": False})}))
             n = min(cfg.profile.tasks, len(unfiltered.train))
             subset = UniformSampler(unfiltered.train, seed=sampler_seed(recipe, stage) + 1).next_batch(n)
             prof = profile(subset, attempt_fn(), cfg.profile.attempts, policy=policy)
