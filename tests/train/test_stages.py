@@ -145,3 +145,10 @@ def test_reprofiling_drops_tasks_that_became_all_pass(tmp_path, parity_env):
     drawn_b = {t.task_id for step in (1, 2) for t in run.store.trajectories(stage="rl", step=step)}
     run.close()
     assert drawn_b and not drawn_b & solved and drawn_b <= set(profile)
+
+
+def test_a_curriculum_without_pass_rates_is_refused_in_one_sentence(tmp_path, parity_env):
+    recipe = load_recipe("smoke", [f"run.dir={tmp_path / 'run'}", "env.name=parity", "stages=[rl]",
+                                   "tasks.sampler.kind=curriculum"])
+    with pytest.raises(UserError, match=r"needs pass rates .* set tasks.profile.path or tasks.profile.tasks"):
+        run_recipe(recipe)
