@@ -24,7 +24,7 @@ from tracerl.envs.workplace_db import db
 from tracerl.tasks.task import Task
 
 NAME = "workplace_db"
-REVISION = "workplace_db-env-2"  # 2: the MAX_INVALID-th invalid call ends the episode as a failure
+REVISION = "workplace_db-env-2"  # 2: the MAX_INVALID-th invalid call ends the episode as a failure; tasks carry the reference calls as `answer`
 MAX_INVALID = 2
 SYSTEM = ("You run the office database (employees: id name team; tickets: id topic owner status). "
           "Each turn write one <call>…</call>: find TABLE col value, set TABLE id N col value, "
