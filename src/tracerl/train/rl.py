@@ -164,7 +164,10 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
         gates.load_state_dict(state.gate_state)
     classify = tag_classifier(tokenizer_pieces(tokenizer))
     G = cfg.group_size
-    budget_left = lambda: cfg.max_generated_tokens is None or state.generated_tokens < cfg.max_generated_tokens
+
+    def budget_left() -> bool:
+        return cfg.max_generated_tokens is None or state.generated_tokens < cfg.max_generated_tokens
+
     bar = tqdm(total=until, initial=state.step, desc="rl", disable=not progress, leave=False)
     while state.step < until and budget_left():
         t0 = time.time()
