@@ -147,3 +147,15 @@ def test_missing_file_and_bad_config_are_user_errors(tmp_path):
     assert TaskSourceConfig(path="x.parquet").kind == "parquet"
     assert TaskSourceConfig(path="dir").kind == "hf"
     assert TaskSourceConfig(env="math_tool").kind == "generator"
+
+
+def test_every_registered_env_generates_schema_valid_tasks():
+    """The trainer loads env tasks through the schema: a generator whose rows it rejects trains on nothing."""
+    from tracerl.envs import env_names, get_env
+
+    for name in env_names():
+        spec = get_env(name)
+        for split in ("train", "heldout"):
+            src = load_generator(spec.generate, name=name, split=split, n=8, seed=0)
+            assert len(src.tasks) == 8 and not src.errors, (name, split, src.errors[:1])
+            assert {t.source for t in src.tasks} == {name}
