@@ -7,6 +7,7 @@ import types
 
 import pytest
 
+from tracerl.contract import TerminalReason
 from tracerl.envs.base import EnvSpec, Step
 
 
@@ -70,8 +71,17 @@ def check_audit(spec: EnvSpec, cases: list[dict]) -> None:
             assert primary == 0.0 and got <= 0.0, (c["actions"], steps[-1])
 
 
+def ends_after_invalid(env, task, action: str, times: int) -> Step:
+    """Sends the invalid `action` `times` times: only the last ends the episode, as a scored failure."""
+    env.reset(task, 0)
+    steps = [env.step(action) for _ in range(times)]
+    assert not any(s.terminated for s in steps[:-1])
+    assert steps[-1].terminated and steps[-1].terminal_reason == TerminalReason.ENV_FAILURE
+    return steps[-1]
+
+
 @pytest.fixture
 def kit():
     return types.SimpleNamespace(reward=reward, play=play, run_expert=run_expert,
                                  success_rate=success_rate, check_audit=check_audit,
-                                 succeeded=succeeded)
+                                 succeeded=succeeded, ends_after_invalid=ends_after_invalid)

@@ -84,12 +84,8 @@ def test_invalid_actions_and_run_budget(kit):
 
 def test_the_max_invalid_th_invalid_action_ends_the_episode_as_a_failure(kit):
     task = generate("train", 1, seed=0)[0]
-    env = CodeTestsEnv()
-    env.reset(task, 0)
-    steps = [env.step("def f(x): return x") for _ in range(MAX_INVALID)]
-    assert not any(s.terminated for s in steps[:-1])
-    assert steps[-1].terminated and steps[-1].terminal_reason == TerminalReason.ENV_FAILURE
-    assert steps[-1].reward_components == {"tests": 0.0}
+    last = kit.ends_after_invalid(CodeTestsEnv(), task, "def f(x): return x", MAX_INVALID)
+    assert last.reward_components == {"tests": 0.0}
 
 
 class CrashingSandbox:

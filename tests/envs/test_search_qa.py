@@ -78,14 +78,10 @@ def test_invalid_actions_consume_a_turn_and_are_counted():
         assert step.observation.startswith("<error>invalid_action")
 
 
-def test_the_max_invalid_th_invalid_action_ends_the_episode_as_a_failure():
+def test_the_max_invalid_th_invalid_action_ends_the_episode_as_a_failure(kit):
     task = generate("train", 1, seed=0)[0]
-    env = SearchQAEnv()
-    env.reset(task, 0)
-    steps = [env.step("kebuton") for _ in range(MAX_INVALID)]
-    assert not any(s.terminated for s in steps[:-1])
-    assert steps[-1].terminated and steps[-1].terminal_reason == TerminalReason.ENV_FAILURE
-    assert steps[-1].reward_components == {"correct": 0.0, "invalid_actions": float(MAX_INVALID)}
+    last = kit.ends_after_invalid(SearchQAEnv(), task, "kebuton", MAX_INVALID)
+    assert last.reward_components == {"correct": 0.0, "invalid_actions": float(MAX_INVALID)}
 
 
 def test_search_budget():

@@ -77,12 +77,8 @@ def test_invalid_and_blocked_calls_leave_the_database_untouched(kit):
 
 def test_the_max_invalid_th_invalid_call_ends_the_episode_as_a_failure(kit):
     task = generate("train", 1, seed=0, difficulty=1 / 3)[0]
-    env = SPEC.make()
-    env.reset(task, 0)
-    steps = [env.step("<call>fire everyone</call>") for _ in range(MAX_INVALID)]
-    assert not any(s.terminated for s in steps[:-1])
-    assert steps[-1].terminated and steps[-1].terminal_reason == TerminalReason.ENV_FAILURE
-    assert steps[-1].reward_components == {"correct": 0.0, "invalid_actions": float(MAX_INVALID)}
+    last = kit.ends_after_invalid(SPEC.make(), task, "<call>fire everyone</call>", MAX_INVALID)
+    assert last.reward_components == {"correct": 0.0, "invalid_actions": float(MAX_INVALID)}
 
 
 def test_quoted_sql_is_data_not_code(kit):
