@@ -101,7 +101,7 @@ def test_resume_inside_a_later_stage_repeats_the_same_steps(staged_run, tmp_path
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_mixture_of_a_task_file_and_a_generator_through_the_trainer(tmp_path, parity_env):
+def test_mixture_of_a_task_file_and_a_generator_through_the_trainer(tmp_path, parity_env, caplog):
     rows = [{"id": f"f{i}", "prompt": f"Say something about item number {i}.", "answer": "1"} for i in range(5)]
     rows.append({"id": "dup", "prompt": rows[0]["prompt"], "answer": "1"})  # planted exact duplicate
     rows.append({"id": "bad", "answer": "1"})  # planted bad row: no prompt
@@ -114,6 +114,8 @@ def test_mixture_of_a_task_file_and_a_generator_through_the_trainer(tmp_path, pa
     run_dir = tmp_path / "run"
     run_recipe(load_recipe("smoke", [f"run.dir={run_dir}", "env.name=parity", tasks, "stages=[sft, rl]",
                                      "rl.steps=3", "sft.demos=8"]))
+    # the stage reuses the sources the run loaded: each bad row is reported once
+    assert sum("bad task row" in r.getMessage() for r in caplog.records) == 1
     manifest = json.loads((run_dir / "manifest.json").read_text())["tasks"]["pool"]
     assert manifest["num_bad_rows"] == 1 and manifest["discarded"] == {"exact_duplicate": 1}
     assert [s["name"] for s in manifest["sources"]] == ["gen", "mine", "gen_heldout"]
@@ -152,3 +154,30 @@ def test_a_curriculum_without_pass_rates_is_refused_in_one_sentence(tmp_path, pa
                                    "tasks.sampler.kind=curriculum"])
     with pytest.raises(UserError, match=r"needs pass rates .* set tasks.profile.path or tasks.profile.tasks"):
         run_recipe(recipe)
+
+
+def test_rl_stops_at_the_generated_token_budget(tmp_path, parity_env):
+    run_dir = tmp_path / "run"
+    run_recipe(load_recipe("smoke", [f"run.dir={run_dir}", "env.name=parity", "stages=[sft, rl]", "rl.steps=50",
+                                     "rl.max_generated_tokens=800"]))
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    spent = [r["tasks/generated_tokens"] for r in rows if "tasks/generated_tokens" in r]
+    assert 1 < len(spent) < 50  # stopped by the budget, not by rl.steps
+    assert spent[-2] < 800 <= spent[-1]  # the step that crossed the budget was the last one
+    run = RunDir(run_dir)
+    assert sum(t.num_action_tokens for t in run.store.trajectories(stage="rl")) == spent[-1]
+    run.close()
+
+
+def test_expert_error_rate_reaches_the_env_expert():
+    from tracerl.envs import get_env
+    from tracerl.train.demos import collect_demos
+    from tracerl.train.pipeline import expert_kwargs
+
+    spec = get_env("workplace_db")
+    tasks = spec.generate("train", 10, 0)
+    rewards = {}
+    for rate in (0.0, 1.0):
+        kw = expert_kwargs(load_recipe("workplace_db", [f"sft.expert_error_rate={rate}"]))
+        rewards[rate] = [d.reward for d in collect_demos(spec, tasks, seed=0, max_turns=5, expert_kwargs=kw)]
+    assert rewards == {0.0: [1.0] * 10, 1.0: [0.0] * 10}

@@ -79,14 +79,19 @@ def filter_tasks(tasks: list[Task], filters: FilterConfig, prof: DifficultyProfi
     return apply_filters(tasks, filters, profile=prof, eval_sets=load_eval_sets(filters.eval_sets))
 
 
-def build_pool(cfg: TasksConfig, *, profile: DifficultyProfile | None = None) -> TaskPool:
-    """Load every source, report bad rows, apply the filters; `profile` overrides `cfg.profile.path`."""
+def build_pool(cfg: TasksConfig, *, profile: DifficultyProfile | None = None,
+               sources: list[LoadedSource] | None = None) -> TaskPool:
+    """Load every source, report bad rows, apply the filters; `profile` overrides `cfg.profile.path`.
+
+    `sources`: the already loaded sources of `cfg.sources` (a pool built again with other filters).
+    """
     if not cfg.sources:
         raise UserError("the task config lists no sources; add a task file or a generator under tasks.sources")
-    sources = [load_source(s) for s in cfg.sources]
-    for s in sources:
-        for err in s.errors:
-            log.warning("bad task row: %s", err)
+    if sources is None:
+        sources = [load_source(s) for s in cfg.sources]
+        for s in sources:
+            for err in s.errors:
+                log.warning("bad task row: %s", err)
     loaded = [t for s in sources for t in s.tasks]
     _check_unique_ids(loaded)
     if profile is None and cfg.profile.path:

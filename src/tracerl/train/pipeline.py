@@ -208,7 +208,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
                 if recipe.rl.max_generated_tokens is not None and state.generated_tokens >= recipe.rl.max_generated_tokens:
                     break
                 sampler = _start_stage(st, state, run=run, engine=engine, spec=spec, recipe=recipe, hashes=hashes,
-                                       reference=reference, model=model)
+                                       reference=reference, model=model, loaded=(base_cfg.sources, base_pool.sources))
                 state = train_rl(model, tokenizer, engine, sampler, st.recipe, spec=spec, log=log_rl,
                                  on_eval=lambda s, v: evaluate(s, v, f"rl step {s}"), on_checkpoint=on_ckpt,
                                  store=run.store, tokenizer_hashes=hashes, progress=recipe.run.progress,
@@ -227,7 +227,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
 
 
 def _start_stage(st: RLStage, state: RLState, *, run: RunDir, engine: TorchEngine, spec, recipe: Recipe,
-                 hashes: dict[str, str], reference: dict, model):
+                 hashes: dict[str, str], reference: dict, model, loaded):
     """Build the stage's pool and sampler; at a fresh start apply its resets and record the boundary."""
     resumed = state.rl_stage == st.name and state.step > st.start and state.sampler_state is not None
     if not resumed and st.index > 0 and st.reset_optimizer:
@@ -251,7 +251,7 @@ def _start_stage(st: RLStage, state: RLState, *, run: RunDir, engine: TorchEngin
 
     t0 = time.time()
     tasks = build_stage_tasks(recipe, st, run_path=run.path, attempt_fn=attempt_fn,
-                              policy=f"{run.path.name} policy version {state.policy_version}")
+                              policy=f"{run.path.name} policy version {state.policy_version}", loaded=loaded)
     if resumed:
         tasks.sampler.load_state_dict(state.sampler_state)
         return tasks.sampler

@@ -19,18 +19,8 @@ from pathlib import Path
 
 from tracerl.config import Recipe
 from tracerl.errors import UserError
-from tracerl.tasks import (
-    DifficultyProfile,
-    Ledger,
-    Sampler,
-    TaskPool,
-    TasksConfig,
-    TaskSourceConfig,
-    UniformSampler,
-    build_pool,
-    make_sampler,
-    profile,
-)
+from tracerl.tasks import (DifficultyProfile, Ledger, LoadedSource, Sampler, TaskPool, TasksConfig, TaskSourceConfig,
+                           UniformSampler, build_pool, make_sampler, profile)
 from tracerl.tasks.profile import AttemptFn
 
 
@@ -106,12 +96,15 @@ class StageTasks:
 
 
 def build_stage_tasks(recipe: Recipe, stage: RLStage, *, run_path: Path,
-                      attempt_fn: Callable[[], AttemptFn], policy: str) -> StageTasks:
+                      attempt_fn: Callable[[], AttemptFn], policy: str,
+                      loaded: tuple[list[TaskSourceConfig], list[LoadedSource]] | None = None) -> StageTasks:
     """Build the stage's pool and sampler; profile under the current policy when the stage needs it.
 
-    `attempt_fn()` is called only when sampling is needed.
+    `attempt_fn()` is called only when sampling is needed. `loaded`: source configs and the sources
+    already loaded from them, reused when the stage has the same sources (nothing is loaded twice).
     """
     cfg = stage.tasks
+    loaded = loaded[1] if loaded is not None and loaded[0] == cfg.sources else None
     reprofile = cfg.profile.reprofile_each_stage and stage.index > 0
     prof, profiled_here = None, False
     saved = run_path / "profiles" / f"{stage.name}.json"
@@ -125,7 +118,7 @@ def build_stage_tasks(recipe: Recipe, stage: RLStage, *, run_path: Path,
                 raise UserError(f"RL stage {stage.name!r} needs pass rates (curriculum, all-pass/all-fail filters or "
                                 "re-profiling); set tasks.profile.path or tasks.profile.tasks (how many to profile)")
             unfiltered = build_pool(cfg.model_copy(update={"filters": cfg.filters.model_copy(
-                update={"all_pass": False, "all_fail": False})}))
+                update={"all_pass": False, "all_fail": False})}), sources=loaded)
             n = min(cfg.profile.tasks, len(unfiltered.train))
             subset = UniformSampler(unfiltered.train, seed=sampler_seed(recipe, stage) + 1).next_batch(n)
             prof = profile(subset, attempt_fn(), cfg.profile.attempts, policy=policy)
@@ -134,7 +127,7 @@ def build_stage_tasks(recipe: Recipe, stage: RLStage, *, run_path: Path,
             prof.save(saved)
             profiled_here = True
     filters = cfg.filters.model_copy(update={"all_pass": True}) if reprofile else cfg.filters
-    pool = build_pool(cfg.model_copy(update={"filters": filters}), profile=prof)
+    pool = build_pool(cfg.model_copy(update={"filters": filters}), profile=prof, sources=loaded)
     if prof is not None and not cfg.profile.path and cfg.profile.tasks:
         # the stage trains on the tasks it profiled (the others have no pass rate to select by)
         pool = dataclasses.replace(pool, kept=[t for t in pool.kept if t.split != "train" or t.id in prof])
