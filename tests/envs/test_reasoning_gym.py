@@ -10,7 +10,7 @@ from tracerl.contract.roles import TerminalReason  # noqa: E402
 from tracerl.envs import get_env  # noqa: E402
 from tracerl.envs.reasoning_gym import audit_cases, generate  # noqa: E402
 from tracerl.envs.reasoning_gym.env import ReasoningGymEnv, dataset, require_package, score  # noqa: E402
-from tracerl.envs.reasoning_gym.families import FAMILIES  # noqa: E402
+from tracerl.envs.reasoning_gym.families import FAMILIES, calc, calc_expression, consistent  # noqa: E402
 from tracerl.errors import UserError  # noqa: E402
 
 SPEC = get_env("reasoning_gym")
@@ -117,3 +117,49 @@ def test_puzzle24_guard_rejects_values_that_int_truncates_to_24():
     assert dataset("puzzle24", 2).score_answer(answer="7*7/2*1", entry=entry) == 1.0  # 49/2 -> int 24
     correct, raw = score("puzzle24", 2, "7*7/2*1", entry)
     assert correct == 0.0 and raw["guard"] == "evaluates to 49/2, not exactly 24"
+
+
+def test_calc_tool_returns_exact_values(kit):
+    task = generate("train", 1, seed=0, families=("chain_sum",))[0]
+    steps, _ = kit.play(SPEC, task, ["<calc>-66 * -56 + -93 * -20</calc>", "<calc>7/2</calc>", "<calc>(1 + 5) / 3</calc>"])
+    assert [s.observation for s in steps] == ["<result> 5556</result>\n", "<result> 7/2</result>\n", "<result> 2</result>\n"]
+    assert all(s.info["tool_status"] == "ok" and not s.terminated for s in steps)
+
+
+def test_calc_division_by_zero_is_a_tool_error_not_an_invalid_action(kit):
+    task = generate("train", 1, seed=0, families=("chain_sum",))[0]
+    steps, _ = kit.play(SPEC, task, ["<calc>4 / (2 - 2)</calc>"])
+    assert steps[0].observation == "<result> error: division by zero</result>\n"
+    assert steps[0].info == {"tool": "calc", "tool_status": "error", "invalid_action": False}
+
+
+@pytest.mark.parametrize("expr", ["__import__('os').getpid()", "2 ** 10", "1 +", "", "9" * 81, "x + 1"])
+def test_calc_rejects_anything_but_arithmetic_as_invalid_actions(kit, expr):
+    task = generate("train", 1, seed=0, families=("chain_sum",))[0]
+    last = kit.ends_after_invalid(SPEC.make(), task, f"<calc>{expr}</calc>", 2)
+    assert last.reward_components == {"correct": 0.0} and last.info["invalid_action"]
+
+
+def test_calc_budget_then_invalid(kit):
+    task = generate("train", 1, seed=0, families=("chain_sum",))[0]
+    steps, _ = kit.play(SPEC, task, ["<calc>1 + 1</calc>"] * 4 + [f"<answer>{task.answer}</answer>"])
+    assert [s.info["invalid_action"] for s in steps] == [False, False, False, True, False]
+    assert steps[-1].reward_components == {"correct": 1.0}
+
+
+@pytest.mark.parametrize("equation,variable,expr", [
+    ("q + 4 = 12", "q", "12 - 4"), ("w - 8 = -7", "w", "-7 + 8"), ("7 - r = 5", "r", "7 - 5"),
+    ("2 - 16*m = -94", "m", "(-94 - 2) / -16"), ("180*z = 1440", "z", "(1440 - 0) / 180"),
+])
+def test_expert_types_an_equations_solution_as_an_expression_of_its_numbers(equation, variable, expr):
+    entry = {"metadata": {"equation": equation, "variable": variable}}
+    assert calc_expression("simple_equations", entry) == expr
+
+
+def test_generator_redraws_problems_whose_package_answer_is_wrong():
+    # reasoning-gym 0.1.25 prints `9 - 2 * 2` without the parentheses it evaluated: answer 14
+    bad = {"answer": "14", "metadata": {"expression": "9 - 2 * 2"}}
+    assert not consistent("basic_arithmetic", bad)
+    assert consistent("basic_arithmetic", {"answer": "5", "metadata": {"expression": "9 - 2 * 2"}})
+    tasks = generate("train", 120, seed=7, difficulty=0.5, families=("basic_arithmetic",))
+    assert all(calc(calc_expression("basic_arithmetic", t.metadata["entry"])) == t.answer for t in tasks)

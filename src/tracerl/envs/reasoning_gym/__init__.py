@@ -14,7 +14,7 @@ from tracerl.envs.base import EnvSpec, register_env
 from tracerl.envs import _audit
 from tracerl.envs._generation import generate_tasks
 from tracerl.envs.reasoning_gym.env import NAME, REVISION, ReasoningGymEnv, make_expert, require_package, score
-from tracerl.envs.reasoning_gym.families import CONFIGS, FAMILIES, LEVELS, prompt
+from tracerl.envs.reasoning_gym.families import CONFIGS, FAMILIES, LEVELS, consistent, prompt
 from tracerl.errors import UserError
 from tracerl.tasks.task import Task
 
@@ -36,8 +36,11 @@ def generate(split: str, n: int, seed: int = 0, difficulty=None,
 
     def make(rng: random.Random, level: int) -> tuple[str, dict]:
         family = rng.choice(families)
-        entry = dict(rg.create_dataset(family, size=1, seed=rng.randrange(2**31), **CONFIGS[family][level])[0])
-        entry = json.loads(json.dumps(entry, default=list))
+        while True:  # redraw the package's problems whose reference answer is wrong (see `consistent`)
+            entry = dict(rg.create_dataset(family, size=1, seed=rng.randrange(2**31), **CONFIGS[family][level])[0])
+            entry = json.loads(json.dumps(entry, default=list))
+            if consistent(family, entry):
+                break
         return f"{family}\n{entry['question']}", {
             "source": f"{NAME}/{family}", "source_revision": f"{REVISION}+rg{version}",
             "prompt": prompt(family, entry), "answer": entry["answer"],
@@ -75,8 +78,10 @@ def audit_cases() -> list[dict]:
 SPEC = register_env(EnvSpec(
     name=NAME, revision=REVISION, make=ReasoningGymEnv, generate=generate,
     expert=make_expert(EXPERT_ERROR_RATE), reward_weights={"correct": 1.0},
-    stop_strings=("</answer>",), special_tokens=("<answer>", "</answer>", "<error>", "</error>"),
-    tools=(), description="reasoning-gym families (arithmetic, chain sums, equations, 24-point) behind guarded scorers",
+    stop_strings=("</calc>", "</answer>"),
+    special_tokens=("<calc>", "</calc>", "<result>", "</result>", "<answer>", "</answer>", "<error>", "</error>"),
+    tools=("calc",),
+    description="reasoning-gym families (arithmetic, chain sums, equations, 24-point) with a calculator, behind guarded scorers",
 ))
 
 audit = _audit.register(SPEC, audit_cases)  # `tracerl audit` builder: (verifier, cases)

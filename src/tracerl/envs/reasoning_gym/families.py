@@ -80,11 +80,14 @@ def _exact_value(expr: str) -> Fraction | None:
         return None
 
 
-def _eval(node: ast.AST) -> Fraction:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+def _eval(node: ast.AST, *, negation: bool = False) -> Fraction:
+    """Exact value of an integer expression over + - * / (and unary minus where `negation`)."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
         return Fraction(node.value)
+    if negation and isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_eval(node.operand, negation=True)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
-        a, b = _eval(node.left), _eval(node.right)
+        a, b = _eval(node.left, negation=negation), _eval(node.right, negation=negation)
         if isinstance(node.op, ast.Add):
             return a + b
         if isinstance(node.op, ast.Sub):
@@ -93,6 +96,76 @@ def _eval(node: ast.AST) -> Fraction:
             return a * b
         return a / b
     raise ValueError("not an arithmetic expression over integers")
+
+
+CALC_MAX_CHARS = 80
+
+
+def calc(expr: str) -> str:
+    """The calculator tool: the exact value of an integer expression over + - * / ( ) and unary
+    minus, as an integer or a reduced fraction `p/q`. Raises ValueError (a malformed call) for
+    anything else or an expression over `CALC_MAX_CHARS`, ZeroDivisionError for division by zero."""
+    expr = expr.strip()
+    if not expr or len(expr) > CALC_MAX_CHARS or not _EXPR_CHARS.fullmatch(expr):
+        raise ValueError(f"write an expression of at most {CALC_MAX_CHARS} characters over digits, "
+                         "+ - * / ( ) and spaces")
+    try:
+        value = _eval(ast.parse(expr, mode="eval").body, negation=True)
+    except (SyntaxError, RecursionError) as err:
+        raise ValueError("not a well-formed arithmetic expression") from err
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+def consistent(family: str, entry: dict) -> bool:
+    """Whether the package's reference answer is the exact value of its problem. Not always so in
+    reasoning-gym 0.1.25: `basic_arithmetic` without parentheses prints `9 - 2 * 2` but answers 14,
+    the value of `(9 - 2) * 2` (about 10% of level-1 problems); a correct policy would be scored
+    wrong, so the generator redraws such problems."""
+    if family == "puzzle24":
+        return _exact_value(str(entry["answer"])) == 24
+    try:
+        return calc(calc_expression(family, entry)) == str(entry["answer"])
+    except (ValueError, ZeroDivisionError):
+        return False
+
+
+def calc_expression(family: str, entry: dict) -> str:
+    """What the expert types into the calculator: the expression itself; for an equation, its
+    solution as an expression of the numbers (`q + 4 = 12` -> `12 - 4`); for 24-point, the
+    reference solution (to check it makes 24)."""
+    meta = entry["metadata"]
+    if family in ("basic_arithmetic", "chain_sum"):
+        return meta["expression"]
+    if family == "simple_equations":
+        lhs, rhs = (x.strip() for x in meta["equation"].split("="))
+        coef, const = _linear(ast.parse(lhs, mode="eval").body, meta["variable"])
+        c = const.numerator  # the generated equations have integer coefficients
+        if coef == 1:
+            return f"{rhs} - {c}" if c >= 0 else f"{rhs} + {-c}"
+        if coef == -1:
+            return f"{c} - {rhs}"
+        return f"({rhs} - {c}) / {coef.numerator}"
+    return str(entry["answer"])
+
+
+def _linear(node: ast.AST, var: str) -> tuple[Fraction, Fraction]:
+    """(coefficient, constant) of an expression linear in `var`."""
+    if isinstance(node, ast.Name) and node.id == var:
+        return Fraction(1), Fraction(0)
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return Fraction(0), Fraction(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        k, c = _linear(node.operand, var)
+        return -k, -c
+    if isinstance(node, ast.BinOp):
+        (ka, ca), (kb, cb) = _linear(node.left, var), _linear(node.right, var)
+        if isinstance(node.op, ast.Add):
+            return ka + kb, ca + cb
+        if isinstance(node.op, ast.Sub):
+            return ka - kb, ca - cb
+        if isinstance(node.op, ast.Mult) and (ka == 0 or kb == 0):
+            return ka * cb + kb * ca, ca * cb
+    raise ValueError(f"not linear in {var}")
 
 
 def wrong_answer(family: str, entry: dict, rng) -> str:
