@@ -21,7 +21,7 @@ from collections.abc import Callable
 from tracerl.contract.roles import TerminalReason
 from tracerl.envs.base import Message, Step
 from tracerl.envs.grammar import parse_tagged
-from tracerl.envs.reasoning_gym.families import CONFIGS, calc, calc_expression, guard, prompt, wrong_answer
+from tracerl.envs.reasoning_gym.families import CONFIGS, calc, calc_expression, guard, wrong_answer
 from tracerl.errors import UserError
 from tracerl.tasks.task import Task
 
