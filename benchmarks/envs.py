@@ -4,11 +4,14 @@
     .venv/bin/python benchmarks/envs.py --small search_qa    # reduced sizes (a few minutes each)
     .venv/bin/python benchmarks/envs.py --from-runs runs/bench-envs/*   # table of finished runs
     .venv/bin/python benchmarks/envs.py --set run.threads=1 text_world  # extra recipe overrides
+    .venv/bin/python benchmarks/envs.py --seeds 0 1 search_qa   # one run per seed
 
-Each environment runs its shipped recipe (`src/tracerl/recipes/<env>.yaml`, stages sft → eval →
-rl → eval) under the same frozen evaluation protocol before and after RL. Columns: held-out
-success (avg@n) after SFT and after RL, tool calls per episode and invalid-action rate (per policy
-turn) of the final evaluation, and the run's wall time. Runs land in runs/bench-envs/<env>.
+Each environment runs its shipped recipe (`src/tracerl/recipes/<env>.yaml`; math_tool's is the
+default recipe; stages sft → eval → rl → eval) under the same frozen evaluation protocol before and
+after RL. Columns: held-out success (avg@n) after SFT and after RL, tool calls per episode and
+invalid-action rate (per policy turn) of the final evaluation, and the run's wall time. Runs land in
+runs/bench-envs/<env> (<env>-s<seed> with --seeds). Below the table, per env: at how many seeds RL
+beat SFT and the mean gain.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-SUITE = ("search_qa", "code_tests", "text_world", "workplace_db", "reasoning_gym")
+SUITE = ("math_tool", "search_qa", "code_tests", "text_world", "workplace_db", "reasoning_gym")
+RECIPE = {"math_tool": "default"}  # the env's shipped recipe, where it is not named after the env
 SMALL = ["env.train_tasks=800", "env.heldout_tasks=50", "sft.demos=600", "sft.epochs=3", "rl.steps=12",
          "rl.prompts_per_step=8", "rl.group_size=8", "rl.eval_every=0", "rl.checkpoint_every=100",
          "eval.tasks=50", "eval.samples=2", "eval.k=[1,2]"]
@@ -48,20 +52,22 @@ def row_of(run_dir: Path) -> dict:
     import yaml
 
     summary = json.loads((run_dir / "summary.json").read_text())
-    name = yaml.safe_load((run_dir / "config.yaml").read_text())["env"]["name"]
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
     evals = summary["evals"]
     sft = next(e for e in evals if e["after"] == "sft")
     rl = next(e for e in evals if e["after"] == "rl")
-    return {"env": name, "sft": sft["eval/success"], "rl": rl["eval/success"],
+    return {"env": config["env"]["name"], "seed": config["run"]["seed"], "sft": sft["eval/success"], "rl": rl["eval/success"],
             "tool_calls": rl["eval/tool_calls_per_episode"], "invalid_rate": invalid_rate(run_dir, rl["step"]),
             "wall_s": summary["wall_s"]}
 
 
-def run_env(name: str, overrides: list[str], root: Path) -> dict:
+def run_env(name: str, seed: int | None, overrides: list[str], root: Path) -> dict:
     from tracerl.config import load_recipe
     from tracerl.train.pipeline import run_recipe
 
-    recipe = load_recipe(name, [f"run.dir={root / name}", "run.progress=false", *overrides])
+    where = root / (name if seed is None else f"{name}-s{seed}")
+    seeded = [] if seed is None else [f"run.seed={seed}"]
+    recipe = load_recipe(RECIPE.get(name, name), [f"run.dir={where}", "run.progress=false", *seeded, *overrides])
     return row_of(run_recipe(recipe).run_dir)
 
 
@@ -70,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("envs", nargs="*", default=list(SUITE))
     p.add_argument("--small", action="store_true", help="reduced sizes: " + " ".join(SMALL))
     p.add_argument("--root", default="runs/bench-envs")
+    p.add_argument("--seeds", nargs="+", type=int, help="run each env at these seeds (default: the recipe's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="extra recipe override, e.g. run.threads=1 (repeatable; wall time is then measured with it)")
     p.add_argument("--from-runs", nargs="+", metavar="RUN_DIR", help="tabulate finished runs instead of running")
@@ -77,14 +84,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_runs:
         rows = [row_of(Path(d)) for d in args.from_runs]
     else:
-        rows = [run_env(n, (SMALL if args.small else []) + args.set, Path(args.root)) for n in args.envs]
-    head = f"{'env':<14} {'SFT success':>11} {'RL success':>10} {'RL > SFT':>8} {'tool calls':>10} {'invalid':>8} {'wall':>7}"
+        rows = [run_env(n, seed, (SMALL if args.small else []) + args.set, Path(args.root))
+                for n in args.envs for seed in (args.seeds or [None])]
+    head = f"{'env':<14} {'seed':>4} {'SFT success':>11} {'RL success':>10} {'RL > SFT':>8} {'tool calls':>10} {'invalid':>8} {'wall':>7}"
     print("\n" + head + "\n" + "-" * len(head))
     for r in rows:
-        print(f"{r['env']:<14} {r['sft']:>11.3f} {r['rl']:>10.3f} {'yes' if r['rl'] > r['sft'] else 'no':>8} "
+        print(f"{r['env']:<14} {r['seed']:>4} {r['sft']:>11.3f} {r['rl']:>10.3f} {'yes' if r['rl'] > r['sft'] else 'no':>8} "
               f"{r['tool_calls']:>10.2f} {r['invalid_rate']:>8.3f} {r['wall_s'] / 60:>6.1f}m")
-    wins = sum(r["rl"] > r["sft"] for r in rows)
-    print(f"\nRL beats SFT on held-out success in {wins} of {len(rows)} environments")
+    envs = list(dict.fromkeys(r["env"] for r in rows))
+    print()
+    for env in envs:
+        mine = [r for r in rows if r["env"] == env]
+        gain = sum(r["rl"] - r["sft"] for r in mine) / len(mine)
+        print(f"{env:<14} RL > SFT in {sum(r['rl'] > r['sft'] for r in mine)} of {len(mine)} seeds, "
+              f"mean gain {gain:+.3f}")
+    robust = sum(all(r["rl"] > r["sft"] for r in rows if r["env"] == env) for env in envs)
+    print(f"\nRL beats SFT on held-out success at every seed run in {robust} of {len(envs)} environments")
     return 0
 
 
