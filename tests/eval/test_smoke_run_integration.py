@@ -75,6 +75,11 @@ def test_eval_and_inspect_on_the_smoke_run(smoke, capsys):
     assert results["tasks"] == 2 and 0.0 <= results["pass@2"] <= 1.0 and results["avg@2"] <= results["pass@2"]
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(f"eval/{proto['column']}/pass@1" in m for m in metrics)
+    # a run's own checkpoint (not only its latest) is evaluated under the run's recipe: same protocol column
+    ckpt = sorted((run_dir / "checkpoints").glob("step_*"))[0]
+    assert main(["eval", str(ckpt), "--n", "2", "--k", "1,2", "--tasks", "2", "--out", str(run_dir / "again")]) == 0
+    assert [p.parent.parent.name for p in (run_dir / "again").glob("eval/*/*/protocol.json")] == [proto["column"]]
+    capsys.readouterr()
     assert main(["inspect", str(run_dir), "--stage", "rl", "--limit", "1", "--color", "never"]) == 0
     out = capsys.readouterr().out
     assert "reward" in out and "ending" in out and "<|im_start|>" in out

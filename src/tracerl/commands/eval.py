@@ -16,7 +16,8 @@ from tracerl.errors import UserError
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a checkpoint on held-out tasks under a recorded protocol")
-    p.add_argument("target", metavar="CHECKPOINT_OR_RUN", help="a checkpoint directory or a run directory")
+    p.add_argument("target", metavar="CHECKPOINT_OR_RUN",
+                   help="a checkpoint directory, a run directory (its latest checkpoint) or RUN/checkpoints/step_N")
     p.add_argument("--env", default=None, help="environment name (default: the run's)")
     p.add_argument("--split", choices=("heldout",), default="heldout",
                    help="task split; only held-out tasks (never rewarded in training) are evaluated")
@@ -47,9 +48,12 @@ def _resolve(target: Path):
     from tracerl.config import Recipe
     from tracerl.store import RunDir
 
+    ckpt = None
+    if target.parent.name == "checkpoints" and (target.parent.parent / "store.sqlite").exists():
+        ckpt, target = target, target.parent.parent  # a run's own checkpoint: evaluate it under the run's recipe
     if (target / "store.sqlite").exists():
         run = RunDir(target)
-        ckpt = run.latest_checkpoint()
+        ckpt = ckpt or run.latest_checkpoint()
         if ckpt is None:
             raise UserError(f"run {target} has no checkpoints/step_N; train it first or pass a checkpoint directory")
         data = yaml.safe_load(run.config_path.read_text()) if run.config_path.exists() else {}
