@@ -163,3 +163,11 @@ def test_generator_redraws_problems_whose_package_answer_is_wrong():
     assert consistent("basic_arithmetic", {"answer": "5", "metadata": {"expression": "9 - 2 * 2"}})
     tasks = generate("train", 120, seed=7, difficulty=0.5, families=("basic_arithmetic",))
     assert all(calc(calc_expression("basic_arithmetic", t.metadata["entry"])) == t.answer for t in tasks)
+
+
+def test_a_package_whose_answers_never_check_out_is_one_clear_sentence(monkeypatch):
+    import tracerl.envs.reasoning_gym as rg_env
+
+    monkeypatch.setattr(rg_env, "consistent", lambda family, entry: False)
+    with pytest.raises(UserError, match="reference answer is not their exact value"):
+        generate("train", 1, seed=0, families=("chain_sum",))
