@@ -91,16 +91,21 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"{r['env']:<14} {r['seed']:>4} {r['sft']:>11.3f} {r['rl']:>10.3f} {'yes' if r['rl'] > r['sft'] else 'no':>8} "
               f"{r['tool_calls']:>10.2f} {r['invalid_rate']:>8.3f} {r['wall_s'] / 60:>6.1f}m")
+    print("\n" + "\n".join(summary_lines(rows)))
+    return 0
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    """Per env: at how many seeds RL beat SFT and the mean gain; then how many envs won at every seed."""
     envs = list(dict.fromkeys(r["env"] for r in rows))
-    print()
+    lines = []
     for env in envs:
         mine = [r for r in rows if r["env"] == env]
         gain = sum(r["rl"] - r["sft"] for r in mine) / len(mine)
-        print(f"{env:<14} RL > SFT in {sum(r['rl'] > r['sft'] for r in mine)} of {len(mine)} seeds, "
-              f"mean gain {gain:+.3f}")
+        lines.append(f"{env:<14} RL > SFT in {sum(r['rl'] > r['sft'] for r in mine)} of {len(mine)} seeds, "
+                     f"mean gain {gain:+.3f}")
     robust = sum(all(r["rl"] > r["sft"] for r in rows if r["env"] == env) for env in envs)
-    print(f"\nRL beats SFT on held-out success at every seed run in {robust} of {len(envs)} environments")
-    return 0
+    return lines + ["", f"RL beats SFT on held-out success at every seed run in {robust} of {len(envs)} environments"]
 
 
 if __name__ == "__main__":

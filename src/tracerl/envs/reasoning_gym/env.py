@@ -103,13 +103,12 @@ class ReasoningGymEnv:
         if len(self._calls) >= self.calc_budget:
             return self._invalid_step(f"calc budget of {self.calc_budget} is spent; answer now")
         try:
-            value = calc(expr)
+            value, status = calc(expr), "ok"
         except ValueError as err:
             return self._invalid_step(str(err))
         except ZeroDivisionError:
-            value = "error: division by zero"
+            value, status = "error: division by zero", "error"
         self._calls.append(expr)
-        status = "error" if value.startswith("error") else "ok"
         return Step(f"<result> {value}</result>\n", info={"tool": "calc", "tool_status": status, "invalid_action": False})
 
     def _invalid_step(self, why: str) -> Step:
