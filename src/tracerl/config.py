@@ -9,13 +9,16 @@ Derived sizes (episodes per step = prompts × group size) are computed here, in 
 from __future__ import annotations
 
 import difflib
+import typing
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tracerl.algorithms.spec import ALGORITHMS, AlgorithmConfig
+from tracerl.algorithms.spec.critic_free import GRPO
 from tracerl.errors import UserError
 from tracerl.tasks.config import TasksConfig
 from tracerl.telemetry.gates import GatesConfig
@@ -138,44 +141,50 @@ class RLStageConfig(_Cfg):
     reset_optimizer: bool = False
     """Start this stage with fresh AdamW moments and learning-rate warm-up."""
     reset_reference: bool = False
-    """Make the current policy the KL reference from this stage on (matters when rl.kl_coef > 0)."""
+    """Make the current policy the KL reference from this stage on (matters when rl.algorithm.kl.coef > 0)."""
 
 
 class RLConfig(_Cfg):
-    steps: int = 60
+    steps: int = Field(60, ge=0)
     """RL optimizer steps (each on a fresh batch of rollouts); with `stages`, set to the sum of their steps."""
     stages: list[RLStageConfig] = Field(default_factory=list)
     """Multi-stage RL: stages run in order inside the `rl` stage; empty means one stage of `steps` steps."""
     max_generated_tokens: int | None = Field(None, ge=1)
     """Stop RL early once this many policy (ACTION) tokens were generated, profiling included."""
-    prompts_per_step: int = 16
+    prompts_per_step: int = Field(16, ge=1)
     """Tasks sampled per step."""
-    group_size: int = 8
-    """Rollouts per task (the GRPO group)."""
-    advantage: str = "grpo"
-    """Advantage estimator registered in tracerl.algorithms (e.g. grpo, rloo)."""
-    advantage_scale: Literal["std", "none"] = "std"
-    """GRPO scale: population std with eps, or none (Dr.GRPO centering)."""
-    lr: float = 5e-4
+    group_size: int = Field(8, ge=1)
+    """Rollouts per task in the group (an algorithm may roll out more and keep this many: RoC)."""
+    algorithm: AlgorithmConfig = Field(default_factory=GRPO)
+    """The RL algorithm: `name` (grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, dapo, ...) and its
+    parameters (clip, aggregation, kl, entropy, correction, shaping, selection); `tracerl algorithms` lists them."""
+    lr: float = Field(5e-4, gt=0)
     """Learning rate (AdamW, constant after warm-up)."""
-    clip_low: float = 0.2
-    """Lower clip epsilon of the importance ratio."""
-    clip_high: float = 0.28
-    """Upper clip epsilon (clip-higher)."""
-    aggregation: Literal["token", "sequence", "fixed"] = "token"
-    """Loss aggregation: token-global, per-sequence mean, or fixed denominator (Dr.GRPO)."""
-    minibatches: int = 2
+    minibatches: int = Field(2, ge=1)
     """Optimizer steps per batch of rollouts (PPO-style, on the same rollouts)."""
-    kl_coef: float = 0.0
-    """Coefficient of a k3 KL penalty to the reference (SFT) policy; 0 disables."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = Field(1.0, gt=0)
     """Gradient clipping."""
     truncation: Literal["penalize", "mask", "keep"] = "mask"
-    """Truncated episodes: reward 0 (penalize), excluded from the loss (mask), or kept as scored."""
-    eval_every: int = 20
+    """Truncated episodes: reward `truncation_penalty` (penalize), excluded from the loss (mask), or kept as scored."""
+    truncation_penalty: float = -1.0
+    """Reward of a truncated episode under `truncation: penalize`."""
+    eval_every: int = Field(20, ge=0)
     """Held-out evaluation every N steps (0: only at the eval stages)."""
-    checkpoint_every: int = 20
-    """Save a resumable checkpoint every N steps."""
+    checkpoint_every: int = Field(20, ge=0)
+    """Save a resumable checkpoint every N steps (0: only at the end)."""
+
+    @field_validator("algorithm", mode="before")
+    @classmethod
+    def _default_name(cls, value: Any) -> Any:  # `rl.algorithm.clip_high=0.3` alone tunes the default algorithm
+        if isinstance(value, dict) and "name" not in value:
+            return {"name": "grpo", **value}
+        return value
+
+    @model_validator(mode="after")
+    def _penalty_is_used(self) -> RLConfig:
+        if self.truncation_penalty != -1.0 and self.truncation != "penalize":  # by value: a resolved config round-trips
+            raise ValueError(f"rl.truncation_penalty applies only with rl.truncation: penalize (got {self.truncation!r})")
+        return self
 
 
 class EvalConfig(_Cfg):
@@ -222,6 +231,9 @@ class Recipe(_Cfg):
             if len(set(names)) != len(names):
                 raise ValueError(f"rl.stages names must be unique, got {names}")
             object.__setattr__(self.rl, "steps", sum(s.steps for s in self.rl.stages))
+        if "rl" in self.stages and self.sampling.temperature <= 0:
+            raise ValueError(f"RL samples from the policy, so sampling.temperature must be > 0 (got {self.sampling.temperature}); "
+                             "greedy decoding belongs to evaluation")
         return self
 
     @property
@@ -261,15 +273,40 @@ def _read_yaml(name_or_path: str) -> tuple[dict[str, Any], str]:
     return data, source
 
 
+def _models_in(ann: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field annotation can hold (a model, an optional one, a union of them)."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [ann]
+    return [m for arg in typing.get_args(ann) for m in _models_in(arg)]
+
+
 def _valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     keys = []
     for name, field in model.model_fields.items():
         full = f"{prefix}{name}"
         keys.append(full)
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            keys += _valid_keys(ann, full + ".")
+        for sub in _models_in(field.annotation):
+            keys += [k for k in _valid_keys(sub, full + ".") if k not in keys]
     return keys
+
+
+# keys of earlier releases, and where their setting lives now
+_MOVED = {"rl.advantage": "rl.algorithm.name", "rl.advantage_scale": "rl.algorithm.scale",
+          "rl.clip_low": "rl.algorithm.clip_low", "rl.clip_high": "rl.algorithm.clip_high",
+          "rl.aggregation": "rl.algorithm.aggregation", "rl.kl_coef": "rl.algorithm.kl.coef"}
+# union tags that pydantic puts into an error location (`rl.algorithm.dapo.clip_hgh`)
+_TAGS = set(ALGORITHMS) | {"tis", "mis"}
+
+
+def _unknown_key(key: str, where: str, algorithm: str | None = None) -> str:
+    if key in _MOVED:
+        return f"{key!r}{where} has moved: set {_MOVED[key]!r} instead"
+    if algorithm is not None and key in _valid_keys(Recipe):  # a parameter of another algorithm
+        return (f"{key!r}{where} is not a parameter of algorithm {algorithm!r}; "
+                f"`tracerl algorithms` lists each algorithm's parameters")
+    close = difflib.get_close_matches(key, _valid_keys(Recipe), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown key {key!r}{where}{hint}"
 
 
 def _apply_override(data: dict[str, Any], item: str) -> None:
@@ -277,9 +314,7 @@ def _apply_override(data: dict[str, Any], item: str) -> None:
         raise UserError(f"override {item!r} must look like key.sub=value")
     key, raw = item.split("=", 1)
     if key not in _valid_keys(Recipe):
-        close = difflib.get_close_matches(key, _valid_keys(Recipe), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise UserError(f"unknown override key {key!r}{hint}")
+        raise UserError(_unknown_key(key, "").replace("unknown key", "unknown override key"))
     node = data
     parts = key.split(".")
     for part in parts[:-1]:
@@ -291,12 +326,17 @@ def _apply_override(data: dict[str, Any], item: str) -> None:
 
 def _explain(err: ValidationError, source: str) -> str:
     e = err.errors()[0]
-    loc = ".".join(str(x) for x in e["loc"])
+    loc = ".".join(str(x) for x in e["loc"] if x not in _TAGS)
     if e["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(loc, _valid_keys(Recipe), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        return f"unknown key {loc!r} in {source}{hint}"
-    if not loc:  # a check across fields: its message says what is wrong
+        tags = [x for x in e["loc"] if x in ALGORITHMS]
+        return _unknown_key(loc, f" in {source}", tags[0] if tags else None)
+    if e["type"] == "union_tag_invalid":
+        tag = e.get("ctx", {}).get("tag")
+        known = [k.strip(" '") for k in str(e.get("ctx", {}).get("expected_tags", "")).split(",")]
+        close = difflib.get_close_matches(str(tag), list(known), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+        return f"unknown {loc.rsplit('.', 1)[-1]} {tag!r} for {loc!r} in {source}; {hint}"
+    if not loc or (e["type"] == "value_error" and isinstance(e.get("input"), dict)):  # a check across fields
         return f"{source}: {e['msg'].removeprefix('Value error, ')}"
     return f"bad value for {loc!r} in {source}: {e['msg']} (got {e.get('input')!r})"
 

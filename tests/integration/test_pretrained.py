@@ -23,8 +23,10 @@ def test_group_and_one_rl_step_keep_the_contract(smollm2):
     from tracerl.contract import TokenRole, validate
     from tracerl.envs import get_env
     from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
-    from tracerl.train.optim import make_optimizer
-    from tracerl.train.rl import advantage_fn, loss_weights, rl_update
+    from tracerl.algorithms.batch import collate
+    from tracerl.algorithms.spec import StepContext
+    from tracerl.train.roles import PolicyRole, Roles
+    from tracerl.train.update import rl_update
 
     model, tok = smollm2
     assert tok.chat_template and "im_start" in tok.chat_template  # its own chat template
@@ -40,9 +42,10 @@ def test_group_and_one_rl_step_keep_the_contract(smollm2):
     recipe = load_recipe("smollm2")
     before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])  # force a learning signal whatever was sampled
-    adv = advantage_fn("grpo", "std")(rewards, ["g"] * 4)
-    stats = rl_update(model, make_optimizer(model, 1e-5), trajs, adv, loss_weights(trajs, "mask"),
-                      recipe=recipe, pad_id=tok.pad_token_id)
+    roles = Roles(PolicyRole(model, lr=1e-5, max_grad_norm=1.0, sampling=recipe.sampling.model_dump()))
+    batch = collate(trajs, pad_id=tok.pad_token_id, truncation="keep")
+    stats, _ = rl_update(recipe.rl.algorithm, roles, batch, rewards, minibatches=1,
+                         ctx=StepContext(max_tokens=recipe.env.max_tokens))
     assert stats["updates"] == 1 and 0.0 <= stats["clip_frac_low"] <= 1.0 and stats["loss"] == stats["loss"]
     changed = sum(not torch.equal(before[n], p) for n, p in model.named_parameters() if n in before)
     assert changed > 0

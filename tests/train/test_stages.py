@@ -20,7 +20,7 @@ STAGES = ('rl.stages=[{name: warm, steps: 2}, {name: hard, steps: 2, group_size:
 
 
 def _recipe(run_dir, *extra):
-    return load_recipe("smoke", [f"run.dir={run_dir}", "env.name=parity", STAGES, "rl.kl_coef=0.05", "rl.checkpoint_every=1",
+    return load_recipe("smoke", [f"run.dir={run_dir}", "env.name=parity", STAGES, "rl.algorithm.kl.coef=0.05", "rl.checkpoint_every=1",
                                  "stages=[sft, rl]", "rl.truncation=keep", *extra])
 
 
@@ -75,7 +75,7 @@ def test_stage_boundaries_pools_and_budgets_are_recorded(staged_run):
 def test_reset_optimizer_and_reference_at_the_boundary(staged_run):
     ck = staged_run / "checkpoints"
     # kl_coef > 0 and truncation=keep put every row in the update: one AdamW step per RL step (minibatches=1)
-    adam_steps = {s: int(next(iter(load_trainer_state(ck / f"step_{s}")["optimizer_state"]["state"].values()))["step"])
+    adam_steps = {s: int(next(iter(load_trainer_state(ck / f"step_{s}")["roles_state"]["policy"]["optimizer"]["state"].values()))["step"])
                   for s in (1, 2, 3, 4)}
     assert adam_steps == {1: 1, 2: 2, 3: 1, 4: 2}
     ref3 = load_file(ck / "step_3" / "reference.safetensors")

@@ -29,23 +29,62 @@ def _head(lm_head) -> tuple[torch.Tensor, torch.Tensor | None]:
     return lm_head.weight, getattr(lm_head, "bias", None)
 
 
-def _chunk_stats(z: torch.Tensor, targets: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    z = z if z.dtype == torch.float64 else z.float()
+def process_logits(logits_BV: torch.Tensor, *, temperature: float, top_p: float = 1.0, top_k: int = 0,
+                   keep_B: torch.Tensor | None = None) -> torch.Tensor:
+    """Logits of the sampling distribution: tempered, then top-k and top-p masked to -inf.
+
+    The rollout engine samples from these logits and the learner scores tokens under the same ones,
+    so an on-policy ratio is exactly 1. `keep_B` (token ids, one per row) is never masked: the learner
+    passes the sampled tokens, which the engine's own nucleus held even where a float rounding
+    difference would put them just outside the learner's.
+    """
+    logits = logits_BV.float() if logits_BV.dtype != torch.float64 else logits_BV
     if temperature != 1.0:
-        z = z / temperature
-    lse = torch.logsumexp(z, dim=-1)
+        logits = logits / temperature
+    if not (top_k and top_k < logits.shape[-1]) and top_p >= 1.0:
+        return logits
+    with torch.no_grad():  # which tokens survive is a discrete choice; the gradient flows through the kept logits
+        drop = torch.zeros_like(logits, dtype=torch.bool)
+        if top_k and top_k < logits.shape[-1]:
+            kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+            drop |= logits < kth
+        if top_p < 1.0:
+            masked = logits.masked_fill(drop, float("-inf"))
+            sorted_logits, order = torch.sort(masked, descending=True, dim=-1)
+            probs = torch.softmax(sorted_logits, dim=-1)
+            # drop a token when the mass before it already reaches top_p (the first token always stays)
+            drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+            drop |= torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        if keep_B is not None:
+            drop.scatter_(-1, keep_B.clamp_min(0)[:, None], False)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def _chunk_stats(z: torch.Tensor, targets: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0,
+                 full: bool = False):
+    """(logp, entropy[, full-softmax logp]) of `targets` under the processed distribution of logits `z`."""
+    zt = process_logits(z, temperature=temperature)
+    zp = process_logits(zt, temperature=1.0, top_p=top_p, top_k=top_k, keep_B=targets)  # zt itself when unprocessed
     safe = targets.clamp_min(0)
-    logp = z.gather(-1, safe[:, None])[:, 0] - lse
+    lse = torch.logsumexp(zp, dim=-1)
+    logp = zp.gather(-1, safe[:, None])[:, 0] - lse
     logp = torch.where(targets >= 0, logp, torch.zeros_like(logp))
-    entropy = lse - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
-    return logp, entropy
+    # masked logits are -inf with probability 0; zero them first so 0 * -inf never reaches autograd
+    entropy = lse - (torch.softmax(zp, dim=-1) * torch.where(torch.isfinite(zp), zp, torch.zeros_like(zp))).sum(dim=-1)
+    if not full:
+        return logp, entropy
+    if zp is zt:
+        return logp, entropy, logp
+    logp_full = zt.gather(-1, safe[:, None])[:, 0] - torch.logsumexp(zt, dim=-1)
+    return logp, entropy, torch.where(targets >= 0, logp_full, torch.zeros_like(logp_full))
 
 
-def _from_hidden(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor, temperature: float):
+def _from_hidden(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+                 temperature: float, top_p: float = 1.0, top_k: int = 0, full: bool = False):
     z = h @ weight.t()
     if bias is not None:
         z = z + bias
-    return _chunk_stats(z, targets, temperature)
+    return _chunk_stats(z, targets, temperature, top_p, top_k, full)
 
 
 @register("token_logprobs_and_entropy", kind="util",
@@ -61,13 +100,28 @@ def token_logprobs_and_entropy(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logprobs_BT, entropy_BT). Pass logits (B, T, V), or hidden states (B, T, H) with `lm_head`
     (an `nn.Linear`-like module or a (V, H) weight)."""
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     B, T = targets_BT.shape
     if logits_or_hidden.shape[:2] != (B, T):
         raise ValueError(f"inputs {tuple(logits_or_hidden.shape)} do not match targets {tuple(targets_BT.shape)}")
     x = logits_or_hidden.reshape(B * T, logits_or_hidden.shape[-1])
-    targets = targets_BT.reshape(B * T).long()
+    logp, ent, _ = chunked_token_scores(x, targets_BT.reshape(B * T), lm_head=lm_head, chunk_size=chunk_size,
+                                        temperature=temperature)
+    return logp.view(B, T), ent.view(B, T)
+
+
+def chunked_token_scores(
+    logits_or_hidden_N: torch.Tensor, targets_N: torch.Tensor, *, lm_head=None, chunk_size: int = 1024,
+    temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logp_N, entropy_N, full_logp_N) over N flattened positions, `chunk_size` at a time.
+
+    `logp` and `entropy` are under the processed sampling distribution (temperature, top-k, top-p,
+    the target always kept: `process_logits`); `full_logp` under the tempered full softmax (the
+    distribution a KL to another model compares). Without top-k/top-p the two log-probs are one tensor.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    x, targets = logits_or_hidden_N, targets_N.long()
     grad = torch.is_grad_enabled()
     weight = bias = None
     if lm_head is not None:
@@ -75,18 +129,20 @@ def token_logprobs_and_entropy(
         grad = grad and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
     else:
         grad = grad and x.requires_grad
-    logps, ents = [], []
-    for s in range(0, B * T, chunk_size):
+    outs = []
+    for s in range(0, x.shape[0], chunk_size):
         xc, tc = x[s:s + chunk_size], targets[s:s + chunk_size]
         if lm_head is not None:
-            args = (xc, weight, bias, tc, temperature)
-            out = checkpoint(_from_hidden, *args, use_reentrant=False) if grad else _from_hidden(*args)
+            fn, args = _from_hidden, (xc, weight, bias, tc, temperature, top_p, top_k, True)
         else:
-            args = (xc, tc, temperature)
-            out = checkpoint(_chunk_stats, *args, use_reentrant=False) if grad else _chunk_stats(*args)
-        logps.append(out[0])
-        ents.append(out[1])
-    return torch.cat(logps).view(B, T), torch.cat(ents).view(B, T)
+            fn, args = _chunk_stats, (xc, tc, temperature, top_p, top_k, True)
+        outs.append(checkpoint(fn, *args, use_reentrant=False) if grad else fn(*args))
+    if not outs:
+        empty = x.new_zeros(0, dtype=torch.float32)
+        return empty, empty, empty
+    logp, ent = torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
+    processed = top_p < 1.0 or top_k > 0
+    return logp, ent, (torch.cat([o[2] for o in outs]) if processed else logp)
 
 
 def naive_token_logprobs_and_entropy(

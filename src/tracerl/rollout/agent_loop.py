@@ -123,6 +123,10 @@ def _play_turn(ep: _Episode, sample, spec: EnvSpec, tok, budgets: LoopBudgets, p
     text = tok.decode(sample.token_ids, skip_special_tokens=True)
     step = ep.env.step(text)
     info = step.info or {}
+    ended_by_policy = sample.finish == "stop" and bool(sample.token_ids) and sample.token_ids[-1] == tok.eos_token_id
+    if ended_by_policy and not step.terminated:  # the policy's own EOS is an ending, whatever room is left
+        _finish(ep, spec, TerminalReason.EOS, None)
+        return
     if step.observation is not None and not step.terminated:
         obs_ids = encode_observation(tok, step.observation)
         if len(traj) + len(obs_ids) >= budgets.max_tokens:  # no room for the answer to it
@@ -137,8 +141,6 @@ def _play_turn(ep: _Episode, sample, spec: EnvSpec, tok, budgets: LoopBudgets, p
     if step.terminated:
         _finish(ep, spec, step.terminal_reason or TerminalReason.EOS, step.reward_components)
         traj.verifier_output = {k: v for k, v in info.items() if isinstance(v, (str, int, float, bool))}
-    elif sample.finish == "stop" and sample.token_ids and sample.token_ids[-1] == tok.eos_token_id:
-        _finish(ep, spec, TerminalReason.EOS, None)  # the policy stopped without a final answer
     elif ep.turns >= budgets.max_turns:
         _finish(ep, spec, TerminalReason.MAX_TURNS, None)
     elif len(traj) >= budgets.max_tokens:

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
+from tracerl.algorithms.logprobs import process_logits  # noqa: F401  (the learner scores under the same)
+
 
 @dataclasses.dataclass
 class Sample:
@@ -20,22 +22,6 @@ class Sample:
     logprobs: list[float]
     finish: str  # "stop" (a stop string or stop token), "length" (hit max_new_tokens)
     entropies: list[float] = dataclasses.field(default_factory=list)  # of the sampling distribution
-
-
-def process_logits(logits_BV: torch.Tensor, *, temperature: float, top_p: float, top_k: int) -> torch.Tensor:
-    """Logits of the sampling distribution: tempered, then top-k and top-p masked to -inf."""
-    logits = logits_BV.float() / temperature
-    if top_k and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        # drop a token when the mass before it already reaches top_p (the first token always stays)
-        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return logits
 
 
 class TorchEngine:

@@ -16,7 +16,7 @@ import dataclasses
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 EXIT_CODE = 3
 
@@ -49,6 +49,8 @@ class GatesConfig(BaseModel):
         None, description="Trip when the fraction of truncated episodes ('rollout/truncation_rate') exceeds this.")
     audit_failures_max: float | None = Field(
         None, description="Trip when verifier audit failures ('verifier/audit_failures') exceed this count.")
+    audit_every: int = Field(
+        10, ge=1, description="With audit_failures_max set: replay the environment's verifier audit set every N RL steps.")
     probe_logprob_diff_max: float | None = Field(
         None, description="Trip when the engine-consistency probe's max |engine − learner| log-prob "
         "('probe/logprob_absdiff_max') exceeds this.")
@@ -56,6 +58,12 @@ class GatesConfig(BaseModel):
         1, ge=1, description="Consecutive steps outside the limit before the KL, ESS, truncation, audit or probe gate trips.")
     extra: list[MetricLimit] = Field(
         default_factory=list, description="Further limits on any logged metric, e.g. tool/error_rate max 0.5.")
+
+    @model_validator(mode="after")
+    def _audit_every_needs_the_gate(self) -> "GatesConfig":
+        if self.audit_every != 10 and self.audit_failures_max is None:  # by value: a resolved config round-trips
+            raise ValueError("gates.audit_every only matters with gates.audit_failures_max set; set both or neither")
+        return self
 
 
 @dataclasses.dataclass(frozen=True)

@@ -231,13 +231,13 @@ def _start_stage(st: RLStage, state: RLState, *, run: RunDir, engine: TorchEngin
     """Build the stage's pool and sampler; at a fresh start apply its resets and record the boundary."""
     resumed = state.rl_stage == st.name and state.step > st.start and state.sampler_state is not None
     if not resumed and st.index > 0 and st.reset_optimizer:
-        state.optimizer_state = state.scheduler_state = None
-    if recipe.rl.kl_coef > 0:
+        state.roles_state = None
+    if "reference" in st.recipe.rl.algorithm.roles():
         if not resumed and (reference["model"] is None or st.reset_reference):
             reference["model"] = freeze(copy.deepcopy(model))  # the policy at the stage start
         elif reference["model"] is None:
-            raise UserError(f"the checkpoint of {run.path} holds no KL reference policy, so rl.kl_coef > 0 cannot "
-                            "resume it; resume with rl.kl_coef=0 or start the run again")
+            raise UserError(f"the checkpoint of {run.path} holds no KL reference policy, so rl.algorithm.kl.coef > 0 "
+                            "cannot resume it; resume with rl.algorithm.kl.coef=0 or start the run again")
     r = st.recipe
 
     def attempt_fn():

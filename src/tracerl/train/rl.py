@@ -1,17 +1,16 @@
-"""The synchronous RL stage: draw tasks → rollouts → rewards → advantages → clipped loss → update.
+"""The synchronous RL stage: draw tasks → rollouts → selection → Batch → Algorithm update.
 
-The trainer is algorithm-blind: the advantage estimator and the loss come from the registry
-(`tracerl.algorithms`), chosen by name in the recipe. Tasks come from the stage's sampler
-(`tracerl.tasks`: uniform, mixture, curriculum), through DAPO dynamic sampling when the recipe asks
-for it; every generated trajectory is validated and stored, the ones dynamic sampling left out under
-stage `rl_filtered`. Infrastructure failures never carry reward into the loss, and the truncation
-policy (`mask` | `penalize` | `keep`) is an explicit recipe setting.
+The trainer is algorithm-blind: `rl.algorithm` (an `Algorithm` spec, validated when the recipe
+loads) declares the roles, tensors, selection, reward shaping, advantage and loss terms, and the
+loop below only calls them. Tasks come from the stage's sampler (`tracerl.tasks`: uniform, mixture,
+curriculum), through DAPO dynamic sampling when the sampler or the algorithm asks for it; every
+generated trajectory is validated and stored, the ones selection left out under stage
+`rl_filtered`. Loss weights (infra failures, the truncation policy) are applied once, in `collate`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import itertools
 import time
 from collections.abc import Callable
@@ -19,16 +18,17 @@ from collections.abc import Callable
 import torch
 from tqdm import tqdm
 
-from tracerl.algorithms import registry
-from tracerl.algorithms.losses import kl_loss, policy_loss
+from tracerl.algorithms.batch import collate
+from tracerl.algorithms.spec import AlgorithmState, StepContext
 from tracerl.config import Recipe
 from tracerl.contract import Trajectory
 from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
 from tracerl.tasks import Sampler, next_groups
 from tracerl.telemetry import GateMonitor, GateTripped, step_metrics
 from tracerl.telemetry.exploration import tag_classifier, tokenizer_pieces
-from tracerl.train.batch import action_mask, pad_batch, token_logprobs
-from tracerl.train.optim import make_optimizer, warmup_constant
+from tracerl.train.audits import AuditReplay
+from tracerl.train.roles import FrozenRole, PolicyRole, Roles
+from tracerl.train.update import rl_update
 
 
 @dataclasses.dataclass
@@ -42,83 +42,11 @@ class RLState:
     generated_tokens: int = 0  # policy (ACTION) tokens generated so far, profiling included
     generator_state: torch.Tensor | None = None  # rollout sampling RNG
     gate_state: dict | None = None
-    optimizer_state: dict | None = None
-    scheduler_state: dict | None = None
+    roles_state: dict | None = None  # optimizer and schedule of each trained role
+    algorithm_state: dict | None = None  # entropy controller, the algorithm's random stream
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def advantage_fn(name: str, scale: str) -> Callable[[torch.Tensor, list[str]], torch.Tensor]:
-    fn = registry.get(name)
-    params = inspect.signature(fn).parameters
-    kwargs = {"scale": scale} if "scale" in params else {}
-    return lambda rewards_B, groups: fn(rewards_B, groups, **kwargs)
-
-
-def loss_weights(trajs: list[Trajectory], truncation: str) -> list[float]:
-    """1 for trajectories the loss sees, 0 for infra failures and (policy `mask`) truncations."""
-    return [0.0 if (not t.trainable or (truncation == "mask" and t.truncated)) else 1.0 for t in trajs]
-
-
-def rl_update(model, optimizer, trajs: list[Trajectory], adv_B: torch.Tensor, weights_B: list[float], *,
-              recipe: Recipe, pad_id: int, reference=None) -> dict[str, float]:
-    """PPO-style clipped update over `minibatches` slices of one batch of rollouts.
-
-    With `reference` and `rl.kl_coef > 0`, a k3 penalty KL(π_θ‖π_ref) on the same tokens is added.
-    """
-    cfg = recipe.rl
-    # Rows whose advantage is zero everywhere add nothing to the surrogate's numerator; they are
-    # left out of the forward pass and the loss is rescaled so the objective (its denominator:
-    # all eligible tokens for `token`, all responses for `sequence` / `fixed`) stays exactly the same.
-    full_mask_tokens = sum(w * t.num_action_tokens for t, w in zip(trajs, weights_B))
-    full_rows = sum(1 for w in weights_B if w > 0)
-    use_kl = reference is not None and cfg.kl_coef > 0
-    # with a KL term every eligible row contributes, advantage or not
-    keep = [i for i in range(len(trajs)) if weights_B[i] > 0 and (use_kl or float(adv_B[i]) != 0.0)]
-    if not keep:
-        return {}
-    trajs, adv_B = [trajs[i] for i in keep], adv_B[keep]
-    weights_B = [weights_B[i] for i in keep]
-    ids, attn = pad_batch([t.token_ids for t in trajs], pad_id)
-    mask = action_mask([t.roles for t in trajs], ids.shape[1]) * torch.tensor(weights_B)[:, None]
-    old = torch.zeros(ids.shape, dtype=torch.float32)
-    for i, t in enumerate(trajs):
-        lp = torch.tensor(t.behavior_logprobs, dtype=torch.float32)
-        old[i, : len(t)] = torch.nan_to_num(lp, nan=0.0)
-    B, mb = len(trajs), max(1, cfg.minibatches)
-    order = torch.randperm(B)
-    stats_acc: dict[str, float] = {}
-    model.train()
-    for k in range(mb):
-        idx = order[k * B // mb:(k + 1) * B // mb]
-        if mask[idx].sum() == 0:
-            continue
-        lp, _ = token_logprobs(model, ids[idx], attn[idx], temperature=recipe.sampling.temperature)
-        loss, stats = policy_loss(lp, old[idx], adv_B[idx], mask[idx], clip_low=cfg.clip_low,
-                                  clip_high=cfg.clip_high, aggregation=cfg.aggregation,
-                                  max_len=recipe.env.max_tokens)
-        if use_kl:
-            with torch.no_grad():
-                ref_lp, _ = token_logprobs(reference, ids[idx], attn[idx], temperature=recipe.sampling.temperature)
-            kl, kl_stats = kl_loss(lp, ref_lp, mask[idx], estimator="k3", coef=cfg.kl_coef,
-                                   aggregation=cfg.aggregation, max_len=recipe.env.max_tokens)
-            loss, stats = loss + kl, {**stats, **kl_stats}
-        if cfg.aggregation == "token":
-            loss = loss * mask[idx].sum() / (full_mask_tokens / mb)
-        else:
-            loss = loss * len(idx) / (full_rows / mb)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        optimizer.step()
-        stats = {k2: float(v) for k2, v in stats.items() if torch.as_tensor(v).numel() == 1}
-        stats |= {"loss": float(loss.detach()), "grad_norm": float(gnorm), "updates": float(mb)}
-        for key, v in stats.items():
-            stats_acc[key] = stats_acc.get(key, 0.0) + v / mb
-    model.eval()
-    stats_acc["trained_rows"] = float(len(keep))
-    return stats_acc
 
 
 def _task_metrics(report, sampler, generated_tokens: int, stage_index: int) -> dict[str, float]:
@@ -143,27 +71,35 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
     """Run RL steps until global step `until` (default `rl.steps`) or the generated-token budget.
 
     `recipe` is the stage's recipe (`stages.rl_stages`); `sampler` draws its tasks and its state is
-    saved in every checkpoint. `reference` is the frozen KL reference (used when `rl.kl_coef > 0`).
+    saved in every checkpoint. `reference` is the frozen reference policy (used when the algorithm has a KL term).
     """
-    cfg = recipe.rl
+    cfg, algo = recipe.rl, recipe.rl.algorithm
     state = state or RLState()
     until = cfg.steps if until is None else until
     gen = torch.Generator().manual_seed(recipe.run.seed * 1000)
     if state.generator_state is not None:
         gen.set_state(state.generator_state)
-    adv_fn = advantage_fn(cfg.advantage, cfg.advantage_scale)
-    optimizer = make_optimizer(model, cfg.lr)
-    sched = warmup_constant(optimizer, warmup=3)
-    if state.optimizer_state is not None:
-        optimizer.load_state_dict(state.optimizer_state)
-        sched.load_state_dict(state.scheduler_state)
-    budgets = LoopBudgets(recipe.env.max_turns, recipe.env.max_tokens, recipe.env.max_new_tokens)
     sampling = recipe.sampling.model_dump()
+    roles = Roles(PolicyRole(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=sampling,
+                             state=(state.roles_state or {}).get("policy")),
+                  FrozenRole(reference, temperature=recipe.sampling.temperature) if reference is not None else None)
+    missing = algo.roles() - {"policy"} - ({"reference"} if reference is not None else set())
+    if missing:
+        raise ValueError(f"algorithm {algo.name!r} needs the {', '.join(sorted(missing))} role(s), which the trainer did not get")
+    astate = AlgorithmState(algo, seed=recipe.run.seed * 7_919 + stage_index)
+    if state.algorithm_state:
+        astate.load_state_dict(state.algorithm_state)
+    budgets = LoopBudgets(recipe.env.max_turns, recipe.env.max_tokens, recipe.env.max_new_tokens)
     gates = GateMonitor(recipe.gates)
     if state.gate_state:
         gates.load_state_dict(state.gate_state)
+    audits = AuditReplay.for_run(spec, recipe.gates)
     classify = tag_classifier(tokenizer_pieces(tokenizer))
     G = cfg.group_size
+    n_roll = algo.rollouts_per_task(G)
+    sampler_cfg = recipe.tasks.sampler
+    if algo.dynamic_sampling and sampler_cfg.kind != "dynamic":
+        sampler_cfg = sampler_cfg.model_copy(update={"kind": "dynamic"})
 
     def budget_left() -> bool:
         return cfg.max_generated_tokens is None or state.generated_tokens < cfg.max_generated_tokens
@@ -174,23 +110,31 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
         rounds = itertools.count()
         generated: list[Trajectory] = []
         entropy: dict[str, list[float]] = {}
+        selection: dict[str, float] = {}
 
         def rollout(tasks):
             if not tasks:
                 return []
             r = next(rounds)
-            batch = [t for t in tasks for _ in range(G)]
-            groups = [f"s{state.step}-p{i // G}" + (f"-r{r}" if r else "") for i in range(len(batch))]
+            batch = [t for t in tasks for _ in range(n_roll)]
+            groups = [f"s{state.step}-p{i // n_roll}" + (f"-r{r}" if r else "") for i in range(len(batch))]
             trajs = run_episodes(engine, spec, batch, groups, budgets=budgets, sampling=sampling,
                                  policy_version=state.policy_version,
                                  seed=recipe.run.seed * 100003 + state.step + r * 7_000_003,
                                  tokenizer_hashes=tokenizer_hashes, generator=gen, entropy_out=entropy)
             generated.extend(trajs)
             state.generated_tokens += sum(t.num_action_tokens for t in trajs)
-            return [trajs[i * G:(i + 1) * G] for i in range(len(tasks))]
+            out = []
+            for i in range(len(tasks)):
+                group = trajs[i * n_roll:(i + 1) * n_roll]
+                kept, rep = algo.select_group(group, G, astate.generator)
+                for k, v in rep.items():
+                    selection[k] = selection.get(k, 0.0) + v
+                out.append([group[j] for j in kept])
+            return out
 
         # dynamic sampling stops drawing once the token budget is spent
-        got = next_groups(recipe.tasks.sampler, lambda k: sampler.next_batch(k) if budget_left() else [], rollout,
+        got = next_groups(sampler_cfg, lambda k: sampler.next_batch(k) if budget_left() else [], rollout,
                           cfg.prompts_per_step, rewards=lambda g: [t.reward for t in g])
         trajs = [t for _, g in got.groups for t in g]
         kept = {t.trajectory_id for t in trajs}
@@ -198,28 +142,32 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
         store.add_trajectories(trajs, stage="rl", step=state.step)
         store.add_trajectories([t for t in generated if t.trajectory_id not in kept], stage="rl_filtered",
                                step=state.step)
-        stats, metrics = {}, {}
+        metrics: dict[str, float] = {}
         t1 = time.time()
         if trajs:
-            groups = [t.group_id for t in trajs]
-            weights = loss_weights(trajs, recipe.rl.truncation)
-            rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
-            adv = adv_fn(rewards, groups) * torch.tensor(weights)
-            stats = rl_update(model, optimizer, trajs, adv, weights, recipe=recipe, pad_id=tokenizer.pad_token_id,
-                              reference=reference)
-            if stats:  # no optimizer step when every group had zero advantage
-                sched.step()
+            ent = [entropy[t.trajectory_id] for t in trajs]
+            rollout_entropy = sum(map(sum, ent)) / max(1, sum(map(len, ent)))
+            ctx = StepContext(max_tokens=recipe.env.max_tokens, entropy_coef=astate.entropy_coef(algo, rollout_entropy),
+                              generator=astate.generator)
+            batch = collate(trajs, pad_id=tokenizer.pad_token_id, truncation=cfg.truncation,
+                            truncation_penalty=cfg.truncation_penalty)
+            rewards, shaping = algo.shape_rewards(batch, trajs, ctx)
+            stats, adv = rl_update(algo, roles, batch, rewards, minibatches=cfg.minibatches, ctx=ctx)
+            if "updates" in stats:  # no optimizer step when every row had zero advantage
+                roles.policy.scheduler.step()
+            stats |= {"entropy_coef": ctx.entropy_coef} if algo.entropy.active else {}
             # staleness is measured against the version that was current when the batch was sampled
-            metrics = step_metrics(trajs, advantages=adv, token_entropy=[entropy[t.trajectory_id] for t in trajs],
-                                   loss_stats=stats, timings={"rollout": t_roll, "learner": time.time() - t1},
+            metrics = step_metrics(trajs, advantages=adv, token_entropy=ent, loss_stats=stats | shaping | selection,
+                                   timings={"rollout": t_roll, "learner": time.time() - t1},
                                    policy_version=state.policy_version, classify=classify)
         metrics |= _task_metrics(got.report, sampler, state.generated_tokens, stage_index)
         state.policy_version += 1
         state.step += 1
+        metrics |= audits.metrics(state.step)
         state.sampler_state = sampler.state_dict()
         state.gate_state = gates.state_dict()
         state.generator_state = gen.get_state()
-        state.optimizer_state, state.scheduler_state = optimizer.state_dict(), sched.state_dict()
+        state.roles_state, state.algorithm_state = roles.state_dict(), astate.state_dict()
         if on_eval and cfg.eval_every and state.step % cfg.eval_every == 0 and state.step < cfg.steps:
             metrics |= on_eval(state.step, state.policy_version)
         log(metrics, state.step)

@@ -1,0 +1,122 @@
+"""Model roles of an RL step: the policy being trained and the models that score its tokens.
+
+A role wraps one model and answers one question about a `Batch`: the log-probabilities (and, for
+the policy, entropies) of its ACTION tokens. The trainer asks the roles an algorithm declares
+(`Algorithm.roles`, `Algorithm.needs`) and never looks at their models. Roles are in-process
+objects here; a role hosted by another process or a Ray actor answers the same calls.
+
+Scoring runs the decoder once, keeps the hidden states of the positions that predict an ACTION
+token, and projects only those through the output layer, a chunk at a time
+(`algorithms.logprobs.chunked_token_scores`): no `[B, T, V]` logits exist. Models whose output
+layer is more than a linear map (logit soft-capping, a logit scale) are scored from their logits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tracerl.algorithms.batch import Batch
+from tracerl.algorithms.logprobs import chunked_token_scores
+from tracerl.algorithms.spec import PolicyOutput
+from tracerl.train.optim import make_optimizer, warmup_constant
+
+
+def _decoder_and_head(model):
+    """(decoder, output layer) when logits are exactly `head(decoder(...).last_hidden_state)`, else None."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
+        return None
+    try:
+        decoder, head = model.get_decoder(), model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    if decoder is None or decoder is model or not isinstance(head, torch.nn.Linear):
+        return None
+    return decoder, head
+
+
+def score_actions(model, batch: Batch, *, temperature: float, top_p: float = 1.0, top_k: int = 0,
+                  chunk_size: int = 1024) -> PolicyOutput:
+    """Log-probs (processed and full) and entropies of the batch's ACTION tokens under `model`; 0 elsewhere.
+
+    Gradients flow when autograd is on. Position t's token is predicted from position t − 1.
+    """
+    ids, attn = batch.ids_BT, batch.attn_BT
+    sel = batch.action_BT[:, 1:] > 0
+    targets = ids[:, 1:][sel]
+    parts = _decoder_and_head(model)
+    if parts is not None:
+        hidden = parts[0](input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1][sel]
+        logp, ent, full = chunked_token_scores(hidden, targets, lm_head=parts[1], chunk_size=chunk_size,
+                                               temperature=temperature, top_p=top_p, top_k=top_k)
+    else:
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1][sel]
+        logp, ent, full = chunked_token_scores(logits, targets, chunk_size=chunk_size, temperature=temperature,
+                                               top_p=top_p, top_k=top_k)
+
+    def place(x: torch.Tensor) -> torch.Tensor:
+        shifted = torch.zeros(sel.shape, dtype=x.dtype, device=x.device).masked_scatter(sel, x)
+        return torch.cat([torch.zeros_like(shifted[:, :1]), shifted], dim=1)
+
+    lp = place(logp)
+    return PolicyOutput(logprobs_BT=lp, full_logprobs_BT=lp if full is logp else place(full), entropy_BT=place(ent))
+
+
+class PolicyRole:
+    """The policy: its model, AdamW optimizer and warm-up schedule, scored under the sampling distribution."""
+
+    def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, state: dict | None = None):
+        self.model, self.max_grad_norm = model, max_grad_norm
+        self.sampling = {k: sampling[k] for k in ("temperature", "top_p", "top_k")}
+        self.optimizer = make_optimizer(model, lr)
+        self.scheduler = warmup_constant(self.optimizer, warmup=3)
+        if state:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+
+    def score(self, batch: Batch) -> PolicyOutput:
+        return score_actions(self.model, batch, **self.sampling)
+
+    def step(self, loss: torch.Tensor) -> float:
+        """One optimizer step on `loss`; returns the gradient norm before clipping."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        return float(gnorm)
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+
+class FrozenRole:
+    """A model that only scores (the KL reference; a teacher): full tempered log-probs, no gradient."""
+
+    def __init__(self, model, *, temperature: float):
+        self.model, self.temperature = model, temperature
+
+    @torch.no_grad()
+    def logprobs(self, batch: Batch) -> torch.Tensor:
+        return score_actions(self.model, batch, temperature=self.temperature).full_logprobs_BT
+
+
+class Roles:
+    """The roles of one RL stage, and the per-token tensors an algorithm asks of them."""
+
+    def __init__(self, policy: PolicyRole, reference: FrozenRole | None = None):
+        self.policy, self.reference = policy, reference
+
+    @torch.no_grad()
+    def scores(self, batch: Batch, needs: set[str]) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        if "reference" in needs:
+            if self.reference is None:
+                raise ValueError("the algorithm needs reference log-probs but the trainer holds no reference role")
+            out["reference"] = self.reference.logprobs(batch)
+        if "proximal" in needs:  # the policy as it is before this update: the trust-region centre
+            self.policy.model.eval()
+            out["proximal"] = self.policy.score(batch).logprobs_BT
+        return out
+
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict()}

@@ -1,0 +1,69 @@
+"""One RL update: the algorithm's tensors → advantages → minibatch losses → optimizer steps.
+
+`rl_update` only slices the `Batch`; what is computed comes from the `Algorithm`, how models are
+run from the `Roles`. Rows whose advantage is zero on every token add nothing to a surrogate's
+numerator, so unless the algorithm has a term that every row moves (KL, entropy, NLL) they are
+left out of the forward passes; each minibatch loss is rescaled so the objective keeps the full
+batch's denominator (all eligible tokens for `token`, all responses for `sequence` / `fixed`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tracerl.algorithms.batch import Batch
+from tracerl.algorithms.losses.corrections import effective_sample_size
+from tracerl.algorithms.spec import Algorithm, StepContext
+from tracerl.train.roles import Roles
+
+
+def minibatch_scale(aggregation: str, mask_BT: torch.Tensor, full_tokens: float, full_rows: float, n: int) -> float:
+    """Factor turning a minibatch's aggregated loss into its share of the full batch's objective."""
+    if aggregation == "token":
+        return float(mask_BT.sum()) / (full_tokens / n)
+    return mask_BT.shape[0] / (full_rows / n)
+
+
+def rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: torch.Tensor, *, minibatches: int,
+              ctx: StepContext) -> tuple[dict[str, float], torch.Tensor]:
+    """Advantages and `minibatches` optimizer steps on one batch.
+
+    Returns the step's stats (without "updates" when no step was taken) and the advantages `adv_BT`.
+    """
+    scores = roles.scores(batch, algo.needs())
+    adv_BT, stats = algo.advantages(batch, rewards_B, scores)
+    mask = batch.mask_BT
+    eligible = (batch.weight_B > 0) & (mask.sum(dim=1) > 0)
+    rows = eligible & ((adv_BT != 0).any(dim=1) | algo.every_row)
+    out_stats: dict[str, float] = dict(stats)
+    if not rows.any():
+        return out_stats, adv_BT
+    full_tokens, full_rows = float(mask.sum()), float(eligible.sum())
+    keep = rows.nonzero().flatten()
+    order = keep[torch.randperm(keep.numel())]
+    ratios, acc, steps = [], {}, 0
+    roles.policy.model.train()
+    for k in range(minibatches):
+        idx = order[k * keep.numel() // minibatches:(k + 1) * keep.numel() // minibatches]
+        if idx.numel() == 0:
+            continue
+        mb = batch.rows(idx)
+        T = mb.ids_BT.shape[1]
+        out = roles.policy.score(mb)
+        loss, s = algo.loss(mb, out, {n: v[idx, :T] for n, v in scores.items()}, adv_BT[idx, :T], rewards_B[idx], ctx)
+        loss = loss * minibatch_scale(algo.aggregation, mb.mask_BT, full_tokens, full_rows, minibatches)
+        grad_norm = roles.policy.step(loss)
+        sel = mb.mask_BT > 0
+        ratios.append(torch.exp(out.logprobs_BT.detach() - mb.behavior_BT)[sel])
+        s = {n: float(v) for n, v in s.items() if torch.as_tensor(v).numel() == 1}
+        s |= {"loss": float(loss.detach()), "grad_norm": grad_norm}
+        for n, v in s.items():
+            acc[n] = acc.get(n, 0.0) + v
+        steps += 1
+    roles.policy.model.eval()
+    out_stats |= {n: v / steps for n, v in acc.items()}
+    # importance weights π_θ/π_behavior as each minibatch saw them: 1 on-policy, drifting with every step
+    w = torch.cat(ratios)
+    out_stats |= {k: float(v) for k, v in effective_sample_size(w, torch.ones_like(w)).items()}
+    out_stats |= {"updates": float(steps), "trained_rows": float(keep.numel())}
+    return out_stats, adv_BT
