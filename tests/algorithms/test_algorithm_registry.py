@@ -5,7 +5,7 @@ import pytest
 from tracerl.algorithms import registry
 
 EXPECTED = {
-    "grpo", "dr_grpo", "rloo", "gae", "gae_decoupled", "vapo_gae", "policy_loss", "aggregate", "k1", "k2", "k3", "kl_loss",
+    "grpo", "dr_grpo", "rloo", "gae", "gae_decoupled", "vapo_gae", "policy_loss", "k1", "k2", "k3", "kl_loss",
 }
 
 

@@ -69,9 +69,11 @@ def test_eval_and_inspect_on_the_smoke_run(smoke, capsys):
     assert main(["eval", str(run_dir), "--n", "2", "--k", "1,2", "--tasks", "2"]) == 0
     out = capsys.readouterr().out
     assert "pass@2" in out and "protocol column" in out
-    proto = json.loads(next(run_dir.glob("eval/*/*/protocol.json")).read_text())
+    # the run's own evaluations (8 tasks) are filed beside it; this one is the 2-task protocol
+    (proto_file,) = [p for p in run_dir.glob("eval/*/*/protocol.json") if json.loads(p.read_text())["num_tasks"] == 2]
+    proto = json.loads(proto_file.read_text())
     assert proto["n"] == 2 and proto["ks"] == [1, 2] and proto["num_tasks"] == 2 and proto["split"] == "heldout"
-    results = json.loads(next(run_dir.glob("eval/*/*/results.json")).read_text())["results"]
+    results = json.loads((proto_file.parent / "results.json").read_text())["results"]
     assert results["tasks"] == 2 and 0.0 <= results["pass@2"] <= 1.0 and results["avg@2"] <= results["pass@2"]
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(f"eval/{proto['column']}/pass@1" in m for m in metrics)

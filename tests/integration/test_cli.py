@@ -53,7 +53,7 @@ def test_export_jsonl_has_contract_fields(smoke_run):
     proc = _run("export", str(run_dir), "--format", "jsonl", "--stage", "rl")
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert len(rows) == 2 * 4 * 4  # steps x prompts x group
+    assert len(rows) == 2 * 4 * 8  # steps x prompts x group
     r = rows[0]
     assert len(r["token_ids"]) == len(r["roles"]) == len(r["behavior_logprobs"]) == len(r["policy_versions"])
     assert set(r["roles"]) <= {"prompt", "action", "observation", "template", "pad"}
@@ -126,5 +126,5 @@ def test_resume_continues_from_the_latest_checkpoint(smoke_run, tmp_path):
     assert (run_dir / "checkpoints" / "step_3" / "model.safetensors").exists()
     run = RunDir(run_dir)
     assert [e["step"] for e in run.store.events("resume")] == [2]
-    assert run.store.count("rl") == 3 * 4 * 4  # 2 original steps + 1 resumed, 16 episodes each
+    assert run.store.count("rl") == 3 * 4 * 8  # 2 original steps + 1 resumed, 32 episodes each
     run.close()

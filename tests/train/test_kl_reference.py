@@ -54,5 +54,5 @@ def test_kl_step_without_advantage_moves_toward_the_reference(tiny, parity_env):
     assert stats["kl_k3"] > 0 and abs(stats["kl_k3"] - before) < 1e-4  # the stat is the k3 of the batch
     assert after < before  # zero advantage: the only gradient is the KL's, toward the reference
     # with kl.coef 0 zero-advantage rows are skipped entirely: no optimizer step
-    plain = load_recipe("smoke").rl.algorithm
+    plain = load_recipe("smoke", ["rl.algorithm.kl.coef=0"]).rl.algorithm
     assert "updates" not in _update(model, None, trajs, recipe, tok.pad_token_id, algo=plain)

@@ -21,7 +21,7 @@ STAGES = ('rl.stages=[{name: warm, steps: 2}, {name: hard, steps: 2, group_size:
 
 def _recipe(run_dir, *extra):
     return load_recipe("smoke", [f"run.dir={run_dir}", "env.name=parity", STAGES, "rl.algorithm.kl.coef=0.05", "rl.checkpoint_every=1",
-                                 "stages=[sft, rl]", "rl.truncation=keep", *extra])
+                                 "stages=[sft, rl]", "rl.truncation=keep", "rl.minibatches=1", "rl.group_size=4", *extra])
 
 
 def test_stage_settings_inherit_from_the_previous_stage():

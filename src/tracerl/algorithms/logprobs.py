@@ -20,7 +20,6 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from tracerl.algorithms.registry import register
 
 
 def _head(lm_head) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -87,9 +86,6 @@ def _from_hidden(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return _chunk_stats(z, targets, temperature, top_p, top_k, full)
 
 
-@register("token_logprobs_and_entropy", kind="util",
-          description="chunked token log-probabilities and entropies for large vocabularies (logits or hidden + lm_head)",
-          source="Liger-Kernel (Hsu et al. 2024); Wijmans et al. 2024 (Cut Cross-Entropy); pure-torch chunking")
 def token_logprobs_and_entropy(
     logits_or_hidden: torch.Tensor,
     targets_BT: torch.Tensor,

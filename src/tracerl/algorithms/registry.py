@@ -1,8 +1,10 @@
 """The algorithm registry: every estimator, loss, correction, controller and selection rule by name.
 
-A recipe names an algorithm (`advantage: grpo`, `loss: decoupled_ppo`); the trainer looks it up here
-and never branches on which one it got. Each entry carries a one-line description and its source so
-that `tracerl algorithms` can say what a name means and where it comes from.
+Every entry is reachable from a recipe: an `rl.algorithm` spec (`tracerl.algorithms.spec`) calls it
+when its setting is on (`tests/train/test_every_algorithm_trains.py` takes a trainer step with each).
+Helpers the specs use internally (aggregation, chunked log-probs) are plain functions, not entries.
+Each entry carries a one-line description and its source so that `tracerl algorithms` can say what a
+name means and where it comes from.
 
 Modules register their functions at import time with `@register(...)`; `names()`, `get()` and
 `entries()` import every algorithm module first, so the listing is complete however the package was

@@ -77,9 +77,6 @@ def length_bonus(
     return out, {"length_bonus_abs_mean": (out - rewards).abs().mean(), "top_bonus_count": (bonus > 0).sum().float()}
 
 
-@register("checkpoint_reward", kind="reward",
-          description="partial credit: sum of task-defined weights of the checks achieved, each counted once",
-          source="reference 002 §5.2 (partial trajectory reward, weights 0.25/0.25/0.50); Lightman et al. 2024")
 def checkpoint_reward(achieved_BK: torch.Tensor, weights_K: Sequence[float] | torch.Tensor) -> torch.Tensor:
     """Σ_k w_k · 1{check k achieved at least once}; `achieved_BK` may hold counts (repeats add nothing)."""
     weights = torch.as_tensor(weights_K, dtype=torch.get_default_dtype())

@@ -57,7 +57,15 @@ class DynamicBatch(Generic[G]):
 
 
 def has_variance(rewards: Sequence[float]) -> bool:
-    return len(rewards) > 1 and max(rewards) != min(rewards)
+    """DAPO's rule (the registered `dynamic_sampling` selection): a group is kept when its rewards differ."""
+    import torch
+
+    from tracerl.algorithms.selection import dynamic_sampling
+
+    if len(rewards) < 2:
+        return False
+    keep, _ = dynamic_sampling(torch.tensor(list(rewards), dtype=torch.float64), [0] * len(rewards))
+    return bool(keep.all())
 
 
 def dynamic_sample(draw: Callable[[int], list[Task]], rollout: Callable[[list[Task]], Sequence[G]], target_groups: int,

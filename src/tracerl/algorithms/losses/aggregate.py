@@ -13,17 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from tracerl.algorithms.registry import register
 
 AGGREGATIONS = ("token", "sequence", "fixed")
 
 
-@register(
-    "aggregate",
-    kind="util",
-    description="masked loss aggregation: token-global, per-sequence mean, or fixed B*L_max denominator",
-    source="Yu et al. 2025 (DAPO token-level); Shao et al. 2024 (GRPO sequence); Liu et al. 2025 (Dr.GRPO fixed)",
-)
 def aggregate(loss_BT: torch.Tensor, mask_BT: torch.Tensor, aggregation: str = "token", max_len: int | None = None) -> torch.Tensor:
     """Reduce a per-token loss to a scalar under `aggregation`; masked-out tokens contribute nothing."""
     if loss_BT.dim() != 2 or loss_BT.shape != mask_BT.shape:
