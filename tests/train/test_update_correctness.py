@@ -110,3 +110,39 @@ def test_ess_drifts_below_one_after_the_first_minibatch(tiny, parity_env):
     # both groups have reward variance, so every token is trained: ESS / ESS fraction = the token count
     assert 0.0 < stats["ess_frac"] < 1.0
     assert math.isclose(stats["ess"] / stats["ess_frac"], float(batch.mask_BT.sum()), rel_tol=1e-4)
+
+
+class _FlakyEnv:
+    """Every other episode ends in an infrastructure failure; the rest succeed."""
+
+    name, revision, count = "flaky", "1", 0
+
+    def reset(self, task, seed):
+        return [{"role": "user", "content": "go"}]
+
+    def step(self, action_text):
+        from tracerl.envs import Step
+
+        _FlakyEnv.count += 1
+        if _FlakyEnv.count % 2:
+            return Step(terminated=True, terminal_reason=TerminalReason.INFRA_FAILURE, info={"tool_status": "crash"})
+        return Step(terminated=True, terminal_reason=TerminalReason.ENV_SUCCESS, reward_components={"correct": 1.0})
+
+    def state_hash(self):
+        return "s"
+
+
+def test_eval_reports_infra_failures_in_their_own_column(tiny, parity_env):
+    from tracerl.envs.base import EnvSpec
+    from tracerl.eval.heldout import run_heldout
+
+    model, tok = tiny
+    spec = EnvSpec(name="flaky", revision="1", make=_FlakyEnv, generate=parity_env.generate, expert=parity_env.expert,
+                   reward_weights={"correct": 1.0}, stop_strings=(), special_tokens=parity_env.special_tokens)
+    _FlakyEnv.count = 0
+    res = run_heldout(TorchEngine(model, tok), spec, parity_env.generate("heldout", 4, 0), samples=2, ks=[1],
+                      budgets=LoopBudgets(1, 96, 4), sampling={"temperature": 1.0, "top_p": 1.0, "top_k": 0},
+                      policy_version=0, seed=0)
+    # 8 episodes in one batch, stepped in order: odd calls fail -> 4 infra failures, 4 successes
+    m = res.metrics()
+    assert m["eval/infra_failure_rate"] == 0.5 and m["eval/success"] == 0.5

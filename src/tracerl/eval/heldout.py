@@ -33,10 +33,12 @@ class HeldoutResult:
     truncation_rate: float
     wall_s: float
     trajectories: list[Trajectory]
+    infra_failure_rate: float = 0.0  # episodes ended by the infrastructure (counted as not solved, reported apart)
 
     def metrics(self, prefix: str = "eval") -> dict[str, float]:
         out = {f"{prefix}/success": self.success, f"{prefix}/tool_calls_per_episode": self.tool_calls_per_episode,
-               f"{prefix}/truncation_rate": self.truncation_rate, f"{prefix}/wall_s": self.wall_s}
+               f"{prefix}/truncation_rate": self.truncation_rate, f"{prefix}/infra_failure_rate": self.infra_failure_rate,
+               f"{prefix}/wall_s": self.wall_s}
         out.update({f"{prefix}/pass@{k}": v for k, v in self.pass_at.items()})
         return out
 
@@ -64,4 +66,5 @@ def run_heldout(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], *, sample
     return HeldoutResult(
         success=sum(n_ok) / (len(n_ok) * samples), pass_at=pass_at, n_tasks=len(n_ok), samples=samples,
         tool_calls_per_episode=tool_calls / len(trajs), truncation_rate=sum(t.truncated for t in trajs) / len(trajs),
-        wall_s=time.time() - t0, trajectories=trajs)
+        wall_s=time.time() - t0, trajectories=trajs,
+        infra_failure_rate=sum(not t.trainable for t in trajs) / len(trajs))

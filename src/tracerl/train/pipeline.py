@@ -273,9 +273,10 @@ def _print_table(result: RunResult, recipe: Recipe) -> None:
         _say(f"done in {result.wall_s:.0f}s; run directory {result.run_dir}")
         return
     ks = [k for k in recipe.eval.k if k <= recipe.eval.samples]
-    head = f"{'after':<8} {'held-out success':>17} " + " ".join(f"{'pass@' + str(k):>8}" for k in ks) + f" {'tool calls':>11}"
+    head = (f"{'after':<8} {'held-out success':>17} " + " ".join(f"{'pass@' + str(k):>8}" for k in ks)
+            + f" {'tool calls':>11} {'infra fail':>10}")
     _say("\n" + head + "\n" + "-" * len(head))
     for e in result.evals:
         _say(f"{e['after']:<8} {e['eval/success']:>17.3f} " + " ".join(f"{e[f'eval/pass@{k}']:>8.3f}" for k in ks)
-             + f" {e['eval/tool_calls_per_episode']:>11.2f}")
+             + f" {e['eval/tool_calls_per_episode']:>11.2f} {e.get('eval/infra_failure_rate', 0.0):>10.3f}")
     _say(f"\ndone in {result.wall_s:.0f}s; run directory {result.run_dir}")

@@ -156,6 +156,8 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
             if "updates" in stats:  # no optimizer step when every row had zero advantage
                 roles.policy.scheduler.step()
             stats |= {"entropy_coef": ctx.entropy_coef} if algo.entropy.active else {}
+            if astate.controller is not None:  # MAGIC's c_k moves every step; α_k = c_k only below target
+                stats["entropy/magic_c"] = astate.controller.coef
             # staleness is measured against the version that was current when the batch was sampled
             metrics = step_metrics(trajs, advantages=adv, token_entropy=ent, loss_stats=stats | shaping | selection,
                                    timings={"rollout": t_roll, "learner": time.time() - t1},
