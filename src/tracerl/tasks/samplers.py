@@ -23,6 +23,10 @@ from tracerl.tasks.task import Task
 class Sampler(Protocol):
     def next_batch(self, n: int) -> list[Task]: ...
 
+    def metrics(self) -> dict[str, float]:
+        """What the sampler did so far, as `tasks/*` metrics (the trainer logs them each step)."""
+        ...
+
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
@@ -72,6 +76,9 @@ class UniformSampler:
             out.extend(self.tasks[i] for i in self._perm[self.cursor:self.cursor + take])
             self.cursor += take
         return out
+
+    def metrics(self) -> dict[str, float]:
+        return {"tasks/epoch": float(self.epoch)}
 
     def state_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "pool": self._pool, "seed": self.seed, "epoch": self.epoch, "cursor": self.cursor}
@@ -152,6 +159,14 @@ class MixtureSampler:
                  "pool_share": len(self.groups.get(s, [])) / len(self.tasks), "drawn": self.drawn.get(s, 0),
                  "observed": self.drawn.get(s, 0) / total_drawn} for s in sources]
 
+    def metrics(self) -> dict[str, float]:
+        """Observed share of each source next to its target."""
+        out = {}
+        for row in self.report():
+            out[f"tasks/share/{row['source']}"] = row["observed"]
+            out[f"tasks/target/{row['source']}"] = row["target"]
+        return out
+
     def state_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "pool": self._pool, "credit": dict(self.credit), "drawn": dict(self.drawn),
                 "streams": {s: st.state_dict() for s, st in self.streams.items()}}
@@ -217,6 +232,10 @@ class CurriculumSampler:
             out.extend(self.groups[s][i] for i in idx)
         self.step += 1
         return out
+
+    def metrics(self) -> dict[str, float]:
+        """The target pass rate of the batch just drawn."""
+        return {"tasks/curriculum_mean": self.mean_at(max(self.step - 1, 0))}
 
     def state_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "pool": self._pool, "seed": self.seed, "step": self.step, "credit": dict(self.credit)}

@@ -51,17 +51,10 @@ class RLState:
 
 def _task_metrics(report, sampler, generated_tokens: int, stage_index: int) -> dict[str, float]:
     """What the sampler and dynamic sampling did this step (`tasks/*`)."""
-    m = {"tasks/rounds": float(report.rounds), "tasks/groups_generated": float(report.groups_generated),
-         "tasks/groups_kept": float(report.kept_groups), "tasks/oversampling": report.oversampling,
-         "tasks/zero_variance_groups": float(sum(report.zero_variance_groups.values())),
-         "tasks/generated_tokens": float(generated_tokens), "rl/stage": float(stage_index)}
-    if hasattr(sampler, "mean_at"):  # curriculum: the target pass rate of the batch just drawn
-        m["tasks/curriculum_mean"] = sampler.mean_at(max(sampler.step - 1, 0))
-    if hasattr(sampler, "report"):  # mixture: observed share of each source next to its target
-        for row in sampler.report():
-            m[f"tasks/share/{row['source']}"] = row["observed"]
-            m[f"tasks/target/{row['source']}"] = row["target"]
-    return m
+    return {"tasks/rounds": float(report.rounds), "tasks/groups_generated": float(report.groups_generated),
+            "tasks/groups_kept": float(report.kept_groups), "tasks/oversampling": report.oversampling,
+            "tasks/zero_variance_groups": float(sum(report.zero_variance_groups.values())),
+            "tasks/generated_tokens": float(generated_tokens), "rl/stage": float(stage_index), **sampler.metrics()}
 
 
 def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Recipe, *, spec, log,
