@@ -36,9 +36,11 @@ ROWS: dict[str, list[str]] = {
 }
 COMMON = ["run.progress=false", "eval.tasks=100", "rl.eval_every=0", "rl.checkpoint_every=0", "rl.steps=200"]
 # `--preset mini`: the default recipe shrunk so the whole factorial fits a shared 2-core machine in about
-# an hour (a 0.3M-parameter model, 800 demonstrations, 8 x 8 rollouts per step)
-MINI = ["model.tiny={hidden_size: 96, num_layers: 3, num_heads: 4, intermediate_size: 288, vocab_size: 384}",
-        "env.train_tasks=1500", "sft.demos=800", "sft.epochs=6", "rl.prompts_per_step=8"]
+# an hour: a 0.8M-parameter model, 1200 demonstrations x 8 epochs, tasks of difficulty <= 0.5
+# (one or two operations), 8 x 8 rollouts per step
+MINI = ["model.tiny={hidden_size: 128, num_layers: 4, num_heads: 4, intermediate_size: 384, vocab_size: 448}",
+        "env.train_tasks=1500", "env.train_difficulty=[0.0, 0.5]", "env.heldout_difficulty=[0.0, 0.5]",
+        "sft.demos=1200", "sft.epochs=8", "rl.prompts_per_step=8"]
 
 
 def _train(args: list[str]) -> float:
