@@ -100,3 +100,11 @@ def test_policy_eos_ends_the_episode_before_the_room_check(tiny, parity_env):
                            budgets=LoopBudgets(3, 64, 8), sampling={"temperature": 1.0, "top_p": 1.0, "top_k": 0},
                            policy_version=0, seed=0, generator=torch.Generator().manual_seed(0))
     assert traj.terminal_reason == TerminalReason.EOS and not traj.truncated
+
+
+def test_probe_gate_trips(tiny, parity_env, tmp_path):
+    # the engine shares the learner's weights, so |engine - learner| is tiny but >= 0: a limit of -1 trips at step 1
+    with pytest.raises(GateTripped) as trip:
+        _train(tiny, parity_env, tmp_path, "gates.probe_logprob_diff_max=-1")
+    assert trip.value.trip.gate == "probe_logprob_diff_max" and trip.value.trip.step == 1
+    assert 0.0 <= trip.value.trip.value < 1e-3  # in process, the engine and the learner agree to float precision

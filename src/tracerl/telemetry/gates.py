@@ -54,6 +54,8 @@ class GatesConfig(BaseModel):
     probe_logprob_diff_max: float | None = Field(
         None, description="Trip when the engine-consistency probe's max |engine − learner| log-prob "
         "('probe/logprob_absdiff_max') exceeds this.")
+    probe_every: int = Field(
+        10, ge=1, description="With probe_logprob_diff_max set: run the engine-consistency probe at step 1 and every N steps.")
     patience: int = Field(
         1, ge=1, description="Consecutive steps outside the limit before the KL, ESS, truncation, audit or probe gate trips.")
     extra: list[MetricLimit] = Field(
@@ -63,6 +65,8 @@ class GatesConfig(BaseModel):
     def _audit_every_needs_the_gate(self) -> "GatesConfig":
         if self.audit_every != 10 and self.audit_failures_max is None:  # by value: a resolved config round-trips
             raise ValueError("gates.audit_every only matters with gates.audit_failures_max set; set both or neither")
+        if self.probe_every != 10 and self.probe_logprob_diff_max is None:
+            raise ValueError("gates.probe_every only matters with gates.probe_logprob_diff_max set; set both or neither")
         return self
 
 

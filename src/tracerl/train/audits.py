@@ -1,4 +1,10 @@
-"""Verifier audits replayed during training, so `gates.audit_failures_max` watches a live number.
+"""Checks replayed during training, so the gates that watch them see live numbers.
+
+Engine probe (`gates.probe_logprob_diff_max`): at the first step and every `gates.probe_every`
+steps after an update, fixed prefixes (the prompts of the first batch) are continued by the rollout
+engine and re-scored by the learner (`telemetry.probe`); `probe/logprob_absdiff_max` is the largest
+|engine − learner| log-prob — the training/inference mismatch a stale or drifting engine shows.
+
 
 Every `gates.audit_every` steps the environment's audit set (`tracerl audit <env>`: adversarial
 outputs that must not be rewarded, good ones that must) is run again through its verifier. Accepted
@@ -43,3 +49,24 @@ class AuditReplay:
         return {"verifier/audit_failures": float(len(report.false_positives)),
                 "verifier/audit_false_negatives": float(len(report.false_negatives)),
                 "verifier/audit_cases": float(len(cases))}
+
+
+class ProbeReplay:
+    def __init__(self, every: int | None, n_prefixes: int = 4):
+        self.every, self.n, self.prefixes = every, n_prefixes, None
+
+    @classmethod
+    def for_run(cls, gates: GatesConfig) -> ProbeReplay:
+        return cls(gates.probe_every if gates.probe_logprob_diff_max is not None else None)
+
+    def metrics(self, step: int, engine, model, trajectories, temperature: float) -> dict[str, float]:
+        """Probe metrics at step 1 and every `every`-th step; nothing on the others."""
+        if self.every is None or not trajectories or (step != 1 and step % self.every):
+            return {}
+        if self.prefixes is None:  # the prompts of the first batch, fixed for the whole run
+            from tracerl.contract import TokenRole
+
+            self.prefixes = [t.token_ids[:t.roles.index(TokenRole.ACTION)] for t in trajectories[:self.n]]
+        from tracerl.telemetry.probe import run_probe
+
+        return run_probe(engine, model, self.prefixes, max_new_tokens=8, temperature=temperature, seed=step)

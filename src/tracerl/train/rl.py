@@ -26,7 +26,7 @@ from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
 from tracerl.tasks import Sampler, next_groups
 from tracerl.telemetry import GateMonitor, GateTripped, step_metrics
 from tracerl.telemetry.exploration import tag_classifier, tokenizer_pieces
-from tracerl.train.audits import AuditReplay
+from tracerl.train.audits import AuditReplay, ProbeReplay
 from tracerl.train.roles import FrozenRole, PolicyRole, Roles
 from tracerl.train.update import rl_update
 
@@ -86,7 +86,7 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
     gates = GateMonitor(recipe.gates)
     if state.gate_state:
         gates.load_state_dict(state.gate_state)
-    audits = AuditReplay.for_run(spec, recipe.gates)
+    audits, probe = AuditReplay.for_run(spec, recipe.gates), ProbeReplay.for_run(recipe.gates)
     classify = tag_classifier(tokenizer_pieces(tokenizer))
     G = cfg.group_size
     n_roll = algo.rollouts_per_task(G)
@@ -159,6 +159,7 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
         state.policy_version += 1
         state.step += 1
         metrics |= audits.metrics(state.step)
+        metrics |= probe.metrics(state.step, engine, model, trajs, recipe.sampling.temperature)
         state.sampler_state = sampler.state_dict()
         state.gate_state = gates.state_dict()
         state.generator_state = gen.get_state()
