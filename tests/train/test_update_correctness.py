@@ -77,19 +77,26 @@ def test_overlong_penalty_shapes_the_reward():
     assert rewards.tolist() == [0.5, -0.5] and stats["reward/overlong_penalty"] == -0.5
 
 
+def _sampled_update(tiny, env, sampling, *, lr, minibatches):
+    """Sample 2 groups of 4 with `sampling`, then one GRPO update on rewards [1,0,0,0], [0,1,1,0]."""
+    model, tok = tiny
+    model = copy.deepcopy(model)
+    trajs = run_episodes(TorchEngine(model, tok), env, env.generate("train", 8, 0), [f"g{i // 4}" for i in range(8)],
+                         budgets=LoopBudgets(1, 96, 12), sampling=sampling, policy_version=0, seed=0,
+                         generator=torch.Generator().manual_seed(0))
+    batch = collate(trajs, pad_id=tok.pad_token_id, truncation="keep")
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    roles = Roles(PolicyRole(model, lr=lr, max_grad_norm=1.0, sampling=sampling))
+    stats, _ = rl_update(ALGORITHMS["grpo"](), roles, batch, rewards, minibatches=minibatches,
+                         ctx=StepContext(max_tokens=96))
+    return stats, batch
+
+
 @pytest.mark.parametrize("sampling", [{"temperature": 1.0, "top_p": 0.7, "top_k": 20},
                                       {"temperature": 0.7, "top_p": 1.0, "top_k": 0}])
 def test_first_on_policy_update_has_ratio_one(tiny, parity_env, sampling):
     # the learner scores under the engine's processed distribution: on-policy, π_θ/π_behavior = 1
-    model, tok = tiny
-    model = copy.deepcopy(model)
-    trajs = run_episodes(TorchEngine(model, tok), parity_env, parity_env.generate("train", 8, 0),
-                         [f"g{i // 4}" for i in range(8)], budgets=LoopBudgets(1, 96, 12), sampling=sampling,
-                         policy_version=0, seed=0, generator=torch.Generator().manual_seed(0))
-    batch = collate(trajs, pad_id=tok.pad_token_id, truncation="keep")
-    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0])
-    roles = Roles(PolicyRole(model, lr=0.01, max_grad_norm=1.0, sampling=sampling))
-    stats, _ = rl_update(ALGORITHMS["grpo"](), roles, batch, rewards, minibatches=1, ctx=StepContext(max_tokens=96))
+    stats, _ = _sampled_update(tiny, parity_env, sampling, lr=0.01, minibatches=1)
     assert abs(stats["ratio_mean"] - 1.0) < 1e-6
     assert abs(stats["ratio_min"] - 1.0) < 1e-5 and abs(stats["ratio_max"] - 1.0) < 1e-5
     assert stats["clip_frac_low"] == 0.0 and stats["clip_frac_high"] == 0.0
@@ -97,16 +104,8 @@ def test_first_on_policy_update_has_ratio_one(tiny, parity_env, sampling):
 
 
 def test_ess_drifts_below_one_after_the_first_minibatch(tiny, parity_env):
-    model, tok = tiny
-    model = copy.deepcopy(model)
     sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
-    trajs = run_episodes(TorchEngine(model, tok), parity_env, parity_env.generate("train", 8, 0),
-                         [f"g{i // 4}" for i in range(8)], budgets=LoopBudgets(1, 96, 12), sampling=sampling,
-                         policy_version=0, seed=0, generator=torch.Generator().manual_seed(0))
-    batch = collate(trajs, pad_id=tok.pad_token_id, truncation="keep")
-    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0])
-    roles = Roles(PolicyRole(model, lr=0.05, max_grad_norm=1.0, sampling=sampling))
-    stats, _ = rl_update(ALGORITHMS["grpo"](), roles, batch, rewards, minibatches=4, ctx=StepContext(max_tokens=96))
+    stats, batch = _sampled_update(tiny, parity_env, sampling, lr=0.05, minibatches=4)
     # both groups have reward variance, so every token is trained: ESS / ESS fraction = the token count
     assert 0.0 < stats["ess_frac"] < 1.0
     assert math.isclose(stats["ess"] / stats["ess_frac"], float(batch.mask_BT.sum()), rel_tol=1e-4)
