@@ -88,3 +88,5 @@ def test_one_trainer_step_calls_the_entry(name, tiny, parity_env, tmp_path):
         sys.setprofile(None)
     assert target in called, f"{name} was not called by a trainer step with {REACH[name]}"
     assert metrics.get("policy/updates", 0) >= 1 or name == "dynamic_sampling", "no optimizer step was taken"
+    if name in ("clip_cov", "kl_cov"):  # a fifth of the tokens is selected: floor(0.2 N) / N > 0
+        assert 0.1 < metrics["policy/cov_affected_frac"] <= 0.2
