@@ -2,7 +2,7 @@
 choices, at an equal rollout-token budget, several seeds, from one shared SFT checkpoint per seed.
 
     python benchmarks/algorithms.py [--seeds 0 1 2] [--rows grpo dapo ...] [--budget 100000] [--root DIR]
-    python benchmarks/algorithms.py --table RESULTS.json     # print the table of finished runs
+    python benchmarks/algorithms.py --table A/results.json B/results.json   # the table of finished runs
 
 Per seed one run does SFT and the held-out evaluation after it (`stages=[sft, eval]`); every row
 then starts RL from that checkpoint (`model.path=...`, `stages=[rl, eval]`) and stops when the
@@ -35,9 +35,9 @@ ROWS: dict[str, list[str]] = {
     "grpo trunc-penalty": ["rl.truncation=penalize"],
 }
 COMMON = ["run.progress=false", "eval.tasks=100", "rl.eval_every=0", "rl.checkpoint_every=0", "rl.steps=200"]
-# `--preset mini`: the default recipe shrunk so the whole factorial fits a shared 2-core machine in about
-# an hour: a 0.8M-parameter model, 1200 demonstrations x 8 epochs, tasks of difficulty <= 0.5
-# (one or two operations), 8 x 8 rollouts per step
+# `--preset mini`: the default recipe shrunk (a 0.8M-parameter model, 1200 demonstrations x 8 epochs,
+# tasks of difficulty <= 0.5, 8 x 8 rollouts per step) to check the plumbing quickly. Too small for
+# conclusions: measured at seed 0, held-out 0.070 after SFT, and GRPO collapsed to reward 0 by step 13.
 MINI = ["model.tiny={hidden_size: 128, num_layers: 4, num_heads: 4, intermediate_size: 384, vocab_size: 448}",
         "env.train_tasks=1500", "env.train_difficulty=[0.0, 0.5]", "env.heldout_difficulty=[0.0, 0.5]",
         "sft.demos=1200", "sft.epochs=8", "rl.prompts_per_step=8"]
@@ -104,10 +104,16 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--preset", choices=["default", "mini"], default="default", help="default recipe as shipped, or shrunk")
     ap.add_argument("--root", default="runs/bench-algorithms")
-    ap.add_argument("--table", default=None, help="print the table of a results.json and exit")
+    ap.add_argument("--table", nargs="+", default=None,
+                    help="print the table of one or more results.json files (seeds run apart) and exit")
     args = ap.parse_args()
     if args.table:
-        print(table(json.loads(Path(args.table).read_text())))
+        merged = {"sft": {}, "runs": []}
+        for f in args.table:
+            r = json.loads(Path(f).read_text())
+            merged["sft"].update(r["sft"])
+            merged["runs"] += r["runs"]
+        print(table(merged))
         return
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
