@@ -6,6 +6,12 @@ and a hash of the sampled ids); the environment parses the decoded action; an ob
 tokenized on its own and appended (OBSERVATION). Actions are never re-tokenized. The episode ends
 with a TerminalReason: the env's (eos, env_success, env_failure, infra_failure) or the loop's
 budgets (max_turns, max_tokens). Episodes of one call are batched through the engine turn by turn.
+
+Speed without changing a token: the engine session keeps each episode's KV cache across turns (only
+the last action token and the observation are fed), and a turn's environment steps (tool calls)
+run at once (one thread per episode: rollout/env_threads.py), applied in episode order. A step that does not return
+within `LoopBudgets.step_timeout_s` ends its episode as `infra_failure` (its thread is abandoned;
+the other episodes go on).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import torch
 from tracerl.contract import TerminalReason, TokenRole, Trajectory, ids_sha256, validate
 from tracerl.envs.base import EnvSpec
 from tracerl.rollout.engine import TorchEngine
+from tracerl.rollout.env_threads import EnvThread, run_all
+from tracerl.rollout.kv_session import StatelessSession
 from tracerl.rollout.render import encode_observation, render_prompt
 from tracerl.tasks.task import Task
 
@@ -30,6 +38,7 @@ class LoopBudgets:
     max_turns: int = 4
     max_tokens: int = 256
     max_new_tokens: int = 64
+    step_timeout_s: float | None = None  # an env step (tool call) slower than this is an infra failure
 
 
 @dataclasses.dataclass
@@ -37,6 +46,7 @@ class _Episode:
     task: Task
     env: object
     traj: Trajectory
+    thread: EnvThread | None = None  # where every call on `env` runs (None: the caller's thread)
     turns: int = 0
     done: bool = False
 
@@ -59,49 +69,76 @@ def run_episodes(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], group_id
                  budgets: LoopBudgets, sampling: dict, policy_version: int, seed: int,
                  tokenizer_hashes: dict[str, str] | None = None,
                  generator: torch.Generator | None = None,
-                 entropy_out: dict[str, list[float]] | None = None) -> list[Trajectory]:
+                 entropy_out: dict[str, list[float]] | None = None,
+                 concurrent_steps: bool = True) -> list[Trajectory]:
     """Play one episode per task (repeat a task to form a group) and return validated trajectories.
 
     `entropy_out`, when given, receives each trajectory's per-action-token entropy of the sampling
-    distribution (a diagnostic, not part of the contract), keyed by trajectory id.
+    distribution (a diagnostic, not part of the contract), keyed by trajectory id. With
+    `concurrent_steps` each episode's env lives on its own thread and a turn's steps run at once;
+    without, they run one after another on this thread (and `step_timeout_s` cannot apply).
     """
     tok = engine.tokenizer
+    threaded = concurrent_steps or budgets.step_timeout_s is not None
+    envs = [spec.make() for _ in tasks]
+    threads = [EnvThread(f"tracerl-env-{i}") if threaded else None for i in range(len(tasks))]
+    seeds = [random.Random(f"{seed}:{i}").randrange(2**31) for i in range(len(tasks))]
+    resets = run_all([(th, _reset, (env, task, s)) for th, env, task, s in zip(threads, envs, tasks, seeds)], None)
     episodes: list[_Episode] = []
-    for i, (task, gid) in enumerate(zip(tasks, group_ids)):
-        env = spec.make()
-        reset_seed = random.Random(f"{seed}:{i}").randrange(2**31)
-        messages = env.reset(task, reset_seed)
+    for task, gid, env, th, reset_seed, (messages, state) in zip(tasks, group_ids, envs, threads, seeds, resets):
         ids, roles = render_prompt(tok, messages)
         traj = Trajectory(trajectory_id=uuid.uuid4().hex[:16], group_id=gid, task_id=task.id,
                           env_name=spec.name, task_source=task.source, task_revision=task.source_revision,
                           split=task.split, env_revision=spec.revision, reset_seed=reset_seed,
-                          initial_state_hash=env.state_hash(), sampling=dict(sampling),
+                          initial_state_hash=state, sampling=dict(sampling),
                           wall_start=time.time(), verifier_name=f"{spec.name}.verify",
                           verifier_revision=spec.revision, **(tokenizer_hashes or {}))
         _append_by_role(traj, ids, roles)
         traj.add_span("prompt", 0, len(ids))
-        episodes.append(_Episode(task, env, traj))
+        episodes.append(_Episode(task, env, traj, th))
 
-    while True:
-        active = [ep for ep in episodes if not ep.done]
-        if not active:
-            break
-        room = [min(budgets.max_new_tokens, budgets.max_tokens - len(ep.traj)) for ep in active]
-        for ep, r in zip(active, room):
-            if r <= 0:
-                _finish(ep, spec, TerminalReason.MAX_TOKENS, None)
-        active = [ep for ep, r in zip(active, room) if r > 0]
-        room = [r for r in room if r > 0]
-        if not active:
-            break
-        samples = engine.generate([ep.traj.token_ids for ep in active], max_new_tokens=room,
-                                  stop_strings=spec.stop_strings, stop_token_ids=[tok.eos_token_id],
-                                  generator=generator, **sampling)
-        for ep, sample in zip(active, samples):
-            if entropy_out is not None:
-                entropy_out.setdefault(ep.traj.trajectory_id, []).extend(sample.entropies)
-            _play_turn(ep, sample, spec, tok, budgets, policy_version)
+    session = engine.open_session() if hasattr(engine, "open_session") else StatelessSession(engine)
+    try:
+        while True:
+            active = [(k, ep) for k, ep in enumerate(episodes) if not ep.done]
+            room = [min(budgets.max_new_tokens, budgets.max_tokens - len(ep.traj)) for _, ep in active]
+            for (_, ep), r in zip(active, room):
+                if r <= 0:
+                    _finish(ep, spec, TerminalReason.MAX_TOKENS, None)
+            active = [a for a, r in zip(active, room) if r > 0]
+            room = [r for r in room if r > 0]
+            if not active:
+                break
+            samples = session.generate([k for k, _ in active], [ep.traj.token_ids for _, ep in active],
+                                       max_new_tokens=room, stop_strings=spec.stop_strings,
+                                       stop_token_ids=[tok.eos_token_id], generator=generator, **sampling)
+            stepping = []
+            for (_, ep), sample in zip(active, samples):
+                if entropy_out is not None:
+                    entropy_out.setdefault(ep.traj.trajectory_id, []).extend(sample.entropies)
+                text = _take_action(ep, sample, spec, tok, budgets, policy_version)
+                if text is not None:
+                    stepping.append((ep, sample, text))
+            steps = run_all([(ep.thread, _step, (ep.env, text)) for ep, _, text in stepping], budgets.step_timeout_s)
+            for (ep, sample, text), result in zip(stepping, steps):
+                if result is None:
+                    _finish(ep, spec, TerminalReason.INFRA_FAILURE, None)
+                    ep.traj.verifier_output = {"infra": f"env step exceeded {budgets.step_timeout_s} s"}
+                else:
+                    _take_step(ep, sample, text, *result, spec, tok, budgets)
+    finally:
+        for th in threads:
+            if th is not None:
+                th.close()
     return [validate(ep.traj) for ep in episodes]
+
+
+def _reset(env, task: Task, seed: int):
+    return env.reset(task, seed), env.state_hash()
+
+
+def _step(env, text: str):
+    return env.step(text), env.state_hash()
 
 
 def _append_by_role(traj: Trajectory, ids: list[int], roles: list[TokenRole]) -> None:
@@ -112,22 +149,30 @@ def _append_by_role(traj: Trajectory, ids: list[int], roles: list[TokenRole]) ->
             start = j
 
 
-def _play_turn(ep: _Episode, sample, spec: EnvSpec, tok, budgets: LoopBudgets, policy_version: int) -> None:
+def _take_action(ep: _Episode, sample, spec: EnvSpec, tok, budgets: LoopBudgets, policy_version: int):
+    """Append the sampled action; the decoded text for the env, or None when the episode ended."""
     traj = ep.traj
     s, e = traj.append(sample.token_ids, TokenRole.ACTION, logprobs=sample.logprobs, policy_version=policy_version)
     traj.add_span("action", s, e, sampled_ids_sha256=ids_sha256(sample.token_ids))
     ep.turns += 1
     if sample.finish == "length" and len(traj) >= budgets.max_tokens:
         _finish(ep, spec, TerminalReason.MAX_TOKENS, None)
-        return
-    text = tok.decode(sample.token_ids, skip_special_tokens=True)
-    step = ep.env.step(text)
+        return None
+    return tok.decode(sample.token_ids, skip_special_tokens=True)
+
+
+def _take_step(ep: _Episode, sample, text: str, step, state_hash: str, spec: EnvSpec, tok,
+               budgets: LoopBudgets) -> None:
+    traj = ep.traj
     info = step.info or {}
-    ended_by_policy = sample.finish == "stop" and bool(sample.token_ids) and sample.token_ids[-1] == tok.eos_token_id
-    if ended_by_policy and not step.terminated:  # the policy's own EOS is an ending, whatever room is left
-        _finish(ep, spec, TerminalReason.EOS, None)
+    if step.terminated:
+        _finish(ep, spec, step.terminal_reason or TerminalReason.EOS, step.reward_components)
+        traj.verifier_output = {k: v for k, v in info.items() if isinstance(v, (str, int, float, bool))}
         return
-    if step.observation is not None and not step.terminated:
+    if sample.finish == "stop" and sample.token_ids and sample.token_ids[-1] == tok.eos_token_id:
+        _finish(ep, spec, TerminalReason.EOS, None)  # the policy stopped without a final answer
+        return
+    if step.observation is not None:
         obs_ids = encode_observation(tok, step.observation)
         if len(traj) + len(obs_ids) >= budgets.max_tokens:  # no room for the answer to it
             _finish(ep, spec, TerminalReason.MAX_TOKENS, None)
@@ -137,11 +182,8 @@ def _play_turn(ep: _Episode, sample, spec: EnvSpec, tok, budgets: LoopBudgets, p
                       tool_status=info.get("tool_status", "invalid_action" if info.get("invalid_action") else None),
                       tool_latency_s=info.get("tool_latency_s"),
                       tool_response_sha256=hashlib.sha256(step.observation.encode()).hexdigest(),
-                      state_hash=ep.env.state_hash())
-    if step.terminated:
-        _finish(ep, spec, step.terminal_reason or TerminalReason.EOS, step.reward_components)
-        traj.verifier_output = {k: v for k, v in info.items() if isinstance(v, (str, int, float, bool))}
-    elif ep.turns >= budgets.max_turns:
+                      state_hash=state_hash)
+    if ep.turns >= budgets.max_turns:
         _finish(ep, spec, TerminalReason.MAX_TURNS, None)
     elif len(traj) >= budgets.max_tokens:
         _finish(ep, spec, TerminalReason.MAX_TOKENS, None)

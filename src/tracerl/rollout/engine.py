@@ -3,6 +3,18 @@
 Each sampled token's log-probability is taken under the distribution actually sampled from
 (after temperature, top-k and top-p), so it is the behavior log-probability the learner needs.
 Greedy decoding (temperature 0) is a point mass: its log-probabilities are 0.
+
+Two paths produce the same tokens and log-probabilities (tests/rollout/test_engine_fast.py):
+- `generate_reference`: the plain loop — left-pad the batch, prefill every row, grow the cache by
+  concatenation, decode every row until the last one stops. It is the specification.
+- `generate` / `open_session` (rollout/kv_session.py): a group's identical prompt is prefilled
+  once, the cache is preallocated, stopped rows leave the batch, and across the turns of an
+  episode only the new tokens (last action token, observation) are fed.
+
+Randomness does not depend on which rows share a forward: each call draws one uniform per row and
+new token, `(rows, max_new_tokens)` from the caller's generator, and row i's t-th token is the
+inverse-CDF draw of its sampling distribution at `u[i, t]`. So a seed fixes every episode's tokens
+whatever the batch layout, and the two paths can be compared token for token.
 """
 
 from __future__ import annotations
@@ -13,7 +25,7 @@ from collections.abc import Sequence
 
 import torch
 
-from tracerl.algorithms.logprobs import process_logits  # noqa: F401  (the learner scores under the same)
+from tracerl.algorithms.logprobs import process_logits  # the learner scores under the same
 
 
 @dataclasses.dataclass
@@ -24,11 +36,42 @@ class Sample:
     entropies: list[float] = dataclasses.field(default_factory=list)  # of the sampling distribution
 
 
-class TorchEngine:
-    """Samples continuations for a batch of token-id prompts with one shared KV cache."""
+def draw_uniforms(rows: int, max_new: int, generator: torch.Generator | None) -> torch.Tensor:
+    """One uniform per row and new token: `u[i, t]` decides row i's t-th sampled token."""
+    return torch.rand((rows, max(max_new, 1)), generator=generator)
 
-    def __init__(self, model, tokenizer, *, device: str | torch.device = "cpu"):
+
+def sample_next(logits_BV: torch.Tensor, u_B: torch.Tensor, *, temperature: float, top_p: float,
+                top_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(token_B, logprob_B, entropy_B) drawn by inverse CDF at `u_B` from the processed distribution."""
+    B, V = logits_BV.shape
+    if temperature == 0.0:
+        zero = torch.zeros(B)
+        return logits_BV.argmax(-1).cpu(), zero, zero
+    logp = torch.log_softmax(process_logits(logits_BV, temperature=temperature, top_p=top_p, top_k=top_k), -1)
+    probs = logp.exp()
+    cdf = probs.cumsum(-1)
+    target = (u_B.to(cdf.device) * cdf[:, -1]).unsqueeze(-1)
+    tok = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=V - 1)
+    lp = logp.gather(-1, tok[:, None]).squeeze(-1)
+    bad = torch.isinf(lp)  # rounding at the top of the CDF: take the last token that has mass
+    if bool(bad.any()):
+        last = V - 1 - (probs[bad] > 0).flip(-1).int().argmax(-1)
+        tok[bad] = last
+        lp = logp.gather(-1, tok[:, None]).squeeze(-1)
+    ent = -(probs * logp.clamp_min(-1e30)).sum(-1)
+    return tok.cpu(), lp.cpu(), ent.cpu()
+
+
+class TorchEngine:
+    """Samples continuations for a batch of token-id prompts with one shared KV cache.
+
+    `fast=False` makes `generate` and `open_session` use the plain reference loop.
+    """
+
+    def __init__(self, model, tokenizer, *, device: str | torch.device = "cpu", fast: bool = True):
         self.model, self.tokenizer, self.device = model, tokenizer, torch.device(device)
+        self.fast = fast
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._stop_id_cache: dict[tuple[str, ...], set[int]] = {}
         # transformers >= 5 names the KV cache `cache`; earlier versions `past_key_values`
@@ -43,13 +86,50 @@ class TorchEngine:
             self._stop_id_cache[stop_strings] = ids if len(ids) == len(stop_strings) else None
         return self._stop_id_cache[stop_strings]
 
-    @torch.no_grad()
+    def stop_rule(self, stop_strings: Sequence[str], stop_token_ids: Sequence[int]):
+        """A function (row's ids so far, new token) -> whether the row stops."""
+        stop_ids = set(stop_token_ids)
+        single = self._single_token_stops(tuple(stop_strings))
+        if single is not None:
+            stop_ids |= single
+        multi = tuple(stop_strings) if single is None else ()
+
+        def stops(ids: list[int], t: int) -> bool:
+            return t in stop_ids or bool(multi and self._ends_with_stop(ids, multi))
+        return stops
+
+    def open_session(self):
+        """A generation session that keeps each row's KV cache across calls (turns).
+
+        A subclass that replaces `generate` is played through its `generate`, full sequences each turn.
+        """
+        from tracerl.rollout.kv_session import GenerationSession, StatelessSession
+
+        if not self.fast or type(self).generate is not TorchEngine.generate:
+            return StatelessSession(self)
+        return GenerationSession(self)
+
     def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int],
                  temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                  stop_strings: tuple[str, ...] = (), stop_token_ids: Sequence[int] = (),
                  generator: torch.Generator | None = None) -> list[Sample]:
+        kw = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                  stop_strings=stop_strings, stop_token_ids=stop_token_ids, generator=generator)
+        if not self.fast:
+            return self.generate_reference(prompts, **kw)
+        from tracerl.rollout.kv_session import GenerationSession
+
+        return GenerationSession(self).generate(list(range(len(prompts))), prompts, **kw)
+
+    @torch.no_grad()
+    def generate_reference(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int],
+                           temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                           stop_strings: tuple[str, ...] = (), stop_token_ids: Sequence[int] = (),
+                           generator: torch.Generator | None = None) -> list[Sample]:
+        """The plain loop every faster path must reproduce (same tokens, same log-probs)."""
         B = len(prompts)
         budgets = [max_new_tokens] * B if isinstance(max_new_tokens, int) else list(max_new_tokens)
+        uniforms = draw_uniforms(B, max(budgets), generator)
         L = max(len(p) for p in prompts)
         ids = torch.full((B, L), self.pad_id, dtype=torch.long)
         mask = torch.zeros((B, L), dtype=torch.long)
@@ -58,10 +138,7 @@ class TorchEngine:
             mask[i, L - len(p):] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        stop_ids = set(stop_token_ids)
-        single = self._single_token_stops(tuple(stop_strings))
-        if single is not None:
-            stop_ids |= single
+        stops = self.stop_rule(stop_strings, stop_token_ids)
 
         out_ids: list[list[int]] = [[] for _ in range(B)]
         out_lp: list[list[float]] = [[] for _ in range(B)]
@@ -73,14 +150,7 @@ class TorchEngine:
         past, logits = self._cache_of(out), out.logits[:, -1, :]
         next_pos = positions[:, -1:] + 1
         for step in range(max(budgets)):
-            if temperature == 0.0:
-                tok = logits.argmax(-1)
-                lp = ent = torch.zeros(B)
-            else:
-                logp = torch.log_softmax(process_logits(logits, temperature=temperature, top_p=top_p, top_k=top_k), -1)
-                tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-                lp = logp.gather(-1, tok[:, None]).squeeze(-1)
-                ent = -(logp.exp() * logp.clamp_min(-1e30)).sum(-1)
+            tok, lp, ent = sample_next(logits, uniforms[:, step], temperature=temperature, top_p=top_p, top_k=top_k)
             for i in range(B):
                 if finish[i]:
                     continue
@@ -88,7 +158,7 @@ class TorchEngine:
                 out_ids[i].append(t)
                 out_lp[i].append(float(lp[i]))
                 out_ent[i].append(float(ent[i]))
-                if t in stop_ids or (single is None and stop_strings and self._ends_with_stop(out_ids[i], stop_strings)):
+                if stops(out_ids[i], t):
                     finish[i] = "stop"
                 elif len(out_ids[i]) >= budgets[i]:
                     finish[i] = "length"
