@@ -67,7 +67,8 @@ def cpu_seconds(pids: list[int]) -> float:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
+            # utime, stime, and cutime, cstime: the zygote reaps the workers it forked and killed
+            total += sum(int(x) for x in fields[11:15]) / tick
         except OSError:
             pass
     return total
@@ -82,7 +83,7 @@ def main() -> int:
     cases = mixed_answers(args.n)
     checker = MathEquivalence(timeout_s=args.timeout)
     checker.check("(x+1)^2", "x^2+2x+1")  # start the workers outside the timing
-    pids = lambda: [w.proc.pid for w in list(checker._idle.queue)]  # noqa: E731
+    pids = checker.worker_pids
     cpu0, t0 = cpu_seconds(pids()), time.perf_counter()
     latencies, by_kind = [], {}
     for kind, answer, reference in cases:

@@ -1,12 +1,19 @@
-"""The sympy worker: one JSON request per line on stdin, one JSON answer per line on stdout.
+"""The sympy worker: one JSON request per line, one JSON answer per line.
 
-Runs in its own process under an address-space limit; the host kills it when a check passes its
-deadline and starts another. Expressions arrive already validated by tracerl.verifiers.mathexpr
-and are rebuilt node by node from their AST, never with eval or sympify of raw text.
+Started as a zygote (`zygote FD`): it imports sympy once, warms its caches, then forks a worker
+for each socket the host passes it over the control socket FD, and kills (and reaps) a worker the
+host names. A worker killed at its deadline is replaced by a fork of the warm zygote in about a
+millisecond, not by a fresh interpreter that re-imports sympy. Every process runs under the
+address-space limit the host set before the zygote started. Without arguments the program serves
+stdin/stdout itself. Expressions arrive already validated by tracerl.verifiers.mathexpr and are
+rebuilt node by node from their AST, never with eval or sympify of raw text.
 """
 
 import ast
 import json
+import os
+import signal
+import socket
 import sys
 
 import sympy
@@ -92,12 +99,14 @@ def equal(a, b, tol):
     return False, "symbolically different"
 
 
-def main():
+def warm():
     sys.setrecursionlimit(10000)
     for a, b in (("(x+1)**2", "x**2+2*x+1"), ("sqrt(8)", "2*sqrt(2)"), ("pi/2", "1.5707963")):
         equal(build(ast.parse(a, mode="eval")), build(ast.parse(b, mode="eval")), 1e-9)  # warm sympy's caches
-    print(json.dumps({"ready": True}), flush=True)
-    for line in sys.stdin:
+
+
+def serve(rfile, wfile):
+    for line in rfile:
         req = json.loads(line)
         try:
             ok, why = equal(build(ast.parse(req["a"], mode="eval")), build(ast.parse(req["b"], mode="eval")),
@@ -105,7 +114,52 @@ def main():
             answer = {"equal": ok, "reason": why}
         except Exception as exc:  # noqa: BLE001 - any failure is a non-match, with its reason
             answer = {"equal": False, "reason": f"{type(exc).__name__}: {exc}"[:300]}
-        print(json.dumps(answer), flush=True)
+        wfile.write(json.dumps(answer) + "\n")
+        wfile.flush()
+
+
+def zygote(fd):
+    """Control messages, one per line: `fork` (with one socket attached) -> the worker's pid;
+    `kill PID` -> `ok` once the worker is dead and reaped; `quit` kills every worker and exits."""
+    ctl = socket.socket(fileno=fd)
+    children = set()
+    ctl.sendall(b'{"ready": true}\n')
+    while True:
+        msg, fds, _, _ = socket.recv_fds(ctl, 256, 1)
+        words = msg.decode().split()
+        for pid in list(children):  # workers that ended by themselves
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                children.discard(pid)
+        if not words or words[0] == "quit":
+            for pid in children:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            os._exit(0)
+        if words[0] == "fork" and fds:
+            pid = os.fork()
+            if pid == 0:
+                ctl.close()
+                conn = socket.socket(fileno=fds[0])
+                serve(conn.makefile("r"), conn.makefile("w"))
+                os._exit(0)
+            os.close(fds[0])
+            children.add(pid)
+            ctl.sendall(f"{pid}\n".encode())
+        elif words[0] == "kill":
+            pid = int(words[1])
+            if pid in children:  # never a pid we do not own (it could have been reused)
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                children.discard(pid)
+            ctl.sendall(b"ok\n")
+
+
+def main():
+    warm()
+    if len(sys.argv) >= 3 and sys.argv[1] == "zygote":
+        zygote(int(sys.argv[2]))
+    print(json.dumps({"ready": True}), flush=True)
+    serve(sys.stdin, sys.stdout)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ Order of checks for `equivalent(answer, reference)`:
   2. identical after normalization;
   3. both parsed and validated by `mathexpr` (no eval; power towers, huge exponents and the like
      refused in microseconds), then sent to a persistent sympy worker with a deadline. A worker
-     that misses the deadline is SIGKILLed and replaced; the check counts as not equivalent,
-     with the reason "deadline". Workers run under RLIMIT_AS.
+     that misses the deadline is SIGKILLed and replaced by a fork of a warm zygote that imported
+     sympy once (no re-import); the check counts as not equivalent, with the reason "deadline".
+     The zygote and its workers run under RLIMIT_AS.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import os
 import queue
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -38,54 +41,105 @@ class Equivalence:
     """Which check decided: 'number', 'text', 'sympy', 'refused', 'deadline'."""
 
 
-class _Worker:
+def _recv_line(sock: socket.socket, buf: bytearray, timeout_s: float) -> str | None:
+    """One line from `sock` within `timeout_s`, or None (deadline passed, or the peer closed)."""
+    deadline = time.monotonic() + timeout_s
+    while b"\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([sock], [], [], left)[0]:
+            return None
+        try:
+            chunk = sock.recv(65536)
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        buf += chunk
+    line, _, rest = bytes(buf).partition(b"\n")
+    buf[:] = rest
+    return line.decode()
+
+
+class _Zygote:
+    """A process that imported sympy once and forks warm workers on request (see _math_worker.py)."""
+
     def __init__(self, python: str, memory_bytes: int, start_timeout_s: float = 60.0) -> None:
         source = resources.files("tracerl.verifiers").joinpath("_math_worker.py").read_text()
         boot = (f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({memory_bytes}, {memory_bytes})); "
                 f"resource.setrlimit(resource.RLIMIT_CORE, (0, 0)); import sys; src = sys.stdin.readline(); "
                 f"exec(compile(__import__('json').loads(src), 'tracerl-math-worker', 'exec'))")
-        self.proc = subprocess.Popen([python, "-I", "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, start_new_session=True, text=True,
-                                     env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, close_fds=True)
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._buf, self._lock = bytearray(), threading.Lock()
+        self.proc = subprocess.Popen([python, "-I", "-c", boot, "zygote", str(theirs.fileno())],
+                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True, text=True, pass_fds=[theirs.fileno()],
+                                     env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+        theirs.close()
         self.proc.stdin.write(json.dumps(source) + "\n")
         self.proc.stdin.flush()
-        hello = self._read(start_timeout_s)
+        hello = _recv_line(self.sock, self._buf, start_timeout_s)
         if hello is None or not json.loads(hello).get("ready"):
-            self.kill()
+            self.close()
             raise RuntimeError("the sympy worker did not start (is sympy installed?)")
 
-    def _read(self, timeout_s: float) -> str | None:
-        ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, timeout_s))
-        if not ready:
-            return None
-        line = self.proc.stdout.readline()
-        return line or None
+    def fork(self, timeout_s: float = 30.0) -> _Worker:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with self._lock:
+            socket.send_fds(self.sock, [b"fork"], [theirs.fileno()])
+            theirs.close()
+            reply = _recv_line(self.sock, self._buf, timeout_s)
+        if reply is None:
+            mine.close()
+            raise RuntimeError("the sympy zygote did not fork a worker (infrastructure)")
+        return _Worker(self, mine, int(reply))
+
+    def kill(self, pid: int) -> None:
+        with self._lock:
+            try:
+                self.sock.sendall(f"kill {pid}".encode())
+                _recv_line(self.sock, self._buf, 30.0)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """Workers are killed and reaped by the zygote, which is then reaped here (so their CPU
+        time is accounted to this process's children)."""
+        with self._lock:
+            try:
+                self.sock.sendall(b"quit")
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                self.proc.wait()
+            self.sock.close()
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+
+class _Worker:
+    def __init__(self, zygote: _Zygote, sock: socket.socket, pid: int) -> None:
+        self.zygote, self.sock, self.pid, self._buf = zygote, sock, pid, bytearray()
 
     def ask(self, request: dict, timeout_s: float) -> dict | None:
         """The answer, or None when the deadline passed or the worker died (then it is dead)."""
         try:
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
+            self.sock.sendall((json.dumps(request) + "\n").encode())
+        except OSError:
             return None
-        line = self._read(timeout_s)
+        line = _recv_line(self.sock, self._buf, timeout_s)
         return json.loads(line) if line else None
 
     def kill(self, wait: bool = True) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        if wait:
-            self.reap()
+        self.zygote.kill(self.pid)
+        self.sock.close()
 
     def reap(self) -> None:
-        self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
+        """Nothing left to do: the zygote reaps its workers."""
 
 
 class MathEquivalence:
@@ -112,21 +166,21 @@ class MathEquivalence:
         with self._lock:
             if self._started:
                 return
+            self._zygote = _Zygote(self.python, self.memory_bytes)
+            for _ in range(self.n_workers):
+                self._idle.put(self._zygote.fork())
             self._started = True
-        starters = [threading.Thread(target=lambda: self._idle.put(_Worker(self.python, self.memory_bytes)))
-                    for _ in range(self.n_workers)]
-        for t in starters:
-            t.start()
-        for t in starters:
-            t.join()
 
     def _replace(self, dead: _Worker) -> None:
         self.stats["restarts"] += 1
 
         def start() -> None:
-            dead.reap()
-            if not self._closed:
-                self._idle.put(_Worker(self.python, self.memory_bytes))
+            dead.kill()
+            try:
+                if not self._closed:
+                    self._idle.put(self._zygote.fork())
+            except OSError:  # closed meanwhile
+                pass
 
         threading.Thread(target=start, name="tracerl-math-worker-restart", daemon=True).start()
 
@@ -162,7 +216,7 @@ class MathEquivalence:
             raise RuntimeError(f"no sympy worker became free within {self.wait_s:g} s (infrastructure)") from None
         answer = worker.ask(request, self.timeout_s)
         if answer is None:
-            worker.kill(wait=False)  # reaped by the restart thread, so the caller returns at the deadline
+            # killed, reaped and replaced by the restart thread, so the caller returns at the deadline
             self._replace(worker)
             self.stats["deadline"] += 1
             return Equivalence(False, f"sympy missed the {self.timeout_s:g} s deadline (worker killed)", "deadline")
@@ -178,13 +232,16 @@ class MathEquivalence:
         return VerifierResult({"correct": float(result.equal), "format": 1.0},
                               {"answer": got.value, "path": result.path, "reason": result.reason})
 
+    def worker_pids(self) -> list[int]:
+        """The zygote's pid and its idle workers' (for CPU accounting)."""
+        z = getattr(self, "_zygote", None)
+        return ([z.proc.pid] if z is not None else []) + [w.pid for w in list(self._idle.queue)]
+
     def close(self) -> None:
         self._closed = True
-        while True:
-            try:
-                self._idle.get_nowait().kill()
-            except queue.Empty:
-                break
+        z = getattr(self, "_zygote", None)
+        if z is not None:
+            z.close()
 
     def __enter__(self) -> MathEquivalence:
         return self
