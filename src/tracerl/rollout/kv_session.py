@@ -86,6 +86,10 @@ class GenerationSession:
         self._rows: dict[Hashable, _Row] = {}
         self._layers: list[_SlotLayer] = []
         self._mask: torch.Tensor | None = None
+        # sdpa takes a boolean (rows, 1, q, kv) mask as it is: build it here, from the 2D mask
+        # (a view while decoding) instead of having the model rebuild one every forward
+        config = getattr(engine.model, "config", None)
+        self._own_mask = getattr(config, "_attn_implementation", None) == "sdpa"
         self.stats = {"calls": 0, "fed_tokens": 0, "prefill_rows": 0, "row_forwards": 0}
 
     @torch.no_grad()
@@ -140,17 +144,21 @@ class GenerationSession:
             mask[j, P + W - len(p):P + W] = True
         cursor.k, cursor.col = U, P
         eng.model.eval()
-        out = eng.model(input_ids=ids.to(dev), attention_mask=mask[:, :P + W], position_ids=pos.to(dev),
+        out = eng.model(input_ids=ids.to(dev), attention_mask=self._chunk_mask(mask, P, W), position_ids=pos.to(dev),
                         use_cache=True, logits_to_keep=1, **{eng._cache_arg: cache})
         logits = out.logits[:, -1, :]
         layers = cache.layers
         self.stats["calls"] += 1
         self.stats["prefill_rows"] += U
         self.stats["fed_tokens"] += sum(len(pending[i]) for i in firsts)
-        if U < B:  # copy each shared prompt's cache to every row of its group
+        if U < B:  # copy each shared prompt's cache (its filled columns) to every row of its group
             idx = torch.tensor(compute_of, device=dev)
             for layer in layers:
-                layer.keys, layer.values = layer.keys.index_select(0, idx), layer.values.index_select(0, idx)
+                for name in ("keys", "values"):
+                    old = getattr(layer, name)
+                    new = old.new_zeros((B, *old.shape[1:]))
+                    new[:, :, :P + W] = old[:, :, :P + W].index_select(0, idx)
+                    setattr(layer, name, new)
             mask, logits = mask.index_select(0, idx), logits.index_select(0, idx)
         cursor.rows = B
 
@@ -167,11 +175,11 @@ class GenerationSession:
             tok, lp, ent = sample_next(logits, uniforms[rows_t, step], temperature=temperature, top_p=top_p,
                                        top_k=top_k)
             done_at = []
-            for p in range(k):
-                i, t = row_at[p], int(tok[p])
+            for p, t, a, h in zip(range(k), tok.tolist(), lp.tolist(), ent.tolist()):
+                i = row_at[p]
                 out_ids[i].append(t)
-                out_lp[i].append(float(lp[p]))
-                out_ent[i].append(float(ent[p]))
+                out_lp[i].append(a)
+                out_ent[i].append(h)
                 if stops(out_ids[i], t):
                     finish[i] = "stop"
                 elif len(out_ids[i]) >= budgets[i]:
@@ -180,7 +188,7 @@ class GenerationSession:
                     done_at.append(p)
             for p in reversed(done_at):  # swap each stopped row behind the rows still sampling
                 if p != k - 1:
-                    self._swap(layers, mask, p, k - 1)
+                    self._swap(layers, mask, p, k - 1, col)
                     row_at[p], row_at[k - 1] = row_at[k - 1], row_at[p]
                 k -= 1
             if k == 0:
@@ -190,7 +198,8 @@ class GenerationSession:
             inp = torch.tensor([out_ids[i][-1] for i in live], dtype=torch.long)[:, None]
             posn = (seq_len[live] + step)[:, None]
             cursor.k, cursor.col = k, col
-            out = eng.model(input_ids=inp.to(dev), attention_mask=mask[:k, :col + 1], position_ids=posn.to(dev),
+            step_mask = mask[:k, None, None, :col + 1] if self._own_mask else mask[:k, :col + 1]
+            out = eng.model(input_ids=inp.to(dev), attention_mask=step_mask, position_ids=posn.to(dev),
                             use_cache=True, logits_to_keep=1, **{eng._cache_arg: cache})
             logits = out.logits[:, -1, :]
             self.stats["row_forwards"] += k
@@ -227,13 +236,27 @@ class GenerationSession:
             new.is_initialized = True
         mask[dr, dc] = True
 
+    def _chunk_mask(self, mask: torch.Tensor, P: int, W: int) -> torch.Tensor:
+        """The chunk's mask: cached columns and the chunk's own earlier columns, causally. A hole's
+        query also sees its own column, so no softmax row is empty (its output is never read)."""
+        if not self._own_mask:
+            return mask[:, :P + W]
+        U = mask.shape[0]
+        allowed = mask[:, None, None, :P + W].expand(U, 1, W, P + W).clone()
+        later = torch.ones((W, W), dtype=torch.bool, device=mask.device).triu(1)
+        allowed[:, :, :, P:] &= ~later
+        i = torch.arange(W, device=mask.device)
+        allowed[:, :, i, P + i] = True
+        return allowed
+
     @staticmethod
-    def _swap(layers: list[_SlotLayer], mask: torch.Tensor, a: int, b: int) -> None:
+    def _swap(layers: list[_SlotLayer], mask: torch.Tensor, a: int, b: int, col: int) -> None:
+        """Exchange rows a and b of every buffer (only columns [0, col) hold anything yet)."""
         ab, ba = [a, b], [b, a]
         for layer in layers:
-            layer.keys[ab] = layer.keys[ba]
-            layer.values[ab] = layer.values[ba]
-        mask[ab] = mask[ba]
+            layer.keys[ab, :, :col] = layer.keys[ba, :, :col]
+            layer.values[ab, :, :col] = layer.values[ba, :, :col]
+        mask[ab, :col] = mask[ba, :col]
 
 
 class StatelessSession:
