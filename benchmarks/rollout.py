@@ -130,13 +130,14 @@ def play(engine, spec, tasks, group: int, budgets: LoopBudgets, sampling: dict, 
 
 
 def bench_env(name: str, model_dir: str, *, prompts: int, group: int, reps: int, seed: int,
-              max_new_tokens: int | None = None, engines=("tracerl", "plain", "hf")) -> dict:
+              max_new_tokens: int | None = None, max_turns: int | None = None,
+              engines=("tracerl", "plain", "hf")) -> dict:
     recipe = load_recipe(RECIPES[name])
     model, tok = load_model_and_tokenizer(model_dir)
     model.eval()
     spec = get_env(name)
     env = recipe.env
-    budgets = LoopBudgets(max_turns=env.max_turns, max_tokens=env.max_tokens,
+    budgets = LoopBudgets(max_turns=max_turns or env.max_turns, max_tokens=env.max_tokens,
                           max_new_tokens=max_new_tokens or env.max_new_tokens)
     sampling = {"temperature": recipe.sampling.temperature, "top_p": recipe.sampling.top_p,
                 "top_k": recipe.sampling.top_k}
@@ -170,6 +171,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-new-tokens", type=int, default=None, help="override the recipe's per-turn budget")
+    ap.add_argument("--max-turns", type=int, default=None, help="override the recipe's turn budget")
     ap.add_argument("--engines", default="tracerl,plain,hf")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true")
@@ -179,7 +181,8 @@ def main(argv=None) -> int:
     for item in args.model:
         name, _, path = item.partition("=")
         res = bench_env(name, path, prompts=args.prompts, group=args.group, reps=args.reps, seed=args.seed,
-                        max_new_tokens=args.max_new_tokens, engines=tuple(args.engines.split(",")))
+                        max_new_tokens=args.max_new_tokens, max_turns=args.max_turns,
+                        engines=tuple(args.engines.split(",")))
         results.append(res)
         if not args.json:
             print(f"{name}: {args.prompts}x{args.group} episodes, budgets {res['budgets']}, "

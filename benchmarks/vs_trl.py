@@ -186,7 +186,8 @@ def main(argv=None) -> int:
         for arm, s in summary.items():
             extra = (f"  TRL step / this {s['trl_step_over_this']:.2f}x, reward/s vs TRL "
                      f"{s['reward_per_s_over_trl']:.2f}x") if "trl_step_over_this" in s else ""
-            print(f"{arm:12s} step {s['step_s']:.2f}s  reward {s['reward']:.3f}  reward/s {s['reward_per_s']:.2f}{extra}")
+            print(f"{arm:12s} step {s['step_s']:.2f}s  reward {s['reward']:.3f}  "
+                  f"reward/s {s['reward_per_s']:.2f}{extra}")
     return 0
 
 

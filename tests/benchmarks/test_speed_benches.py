@@ -1,0 +1,49 @@
+"""The speed benchmarks compare like with like: the `generate` engine of benchmarks/rollout.py
+decodes what the tracerl engine decodes (greedy: the same argmax tokens, stops and budgets), and
+benchmarks/vs_trl.py's summary is the arithmetic its docstring states."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2] / "benchmarks"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(ROOT))
+    return mod
+
+
+def test_hf_generate_engine_decodes_what_the_tracerl_engine_decodes(tiny):
+    from tracerl.rollout import TorchEngine
+
+    bench = _load("rollout")
+    model, tok = tiny
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in ["Ann has 3 apples.", "7", "Bo has 12 coins."]]
+    stop = ("</code>", "</answer>")
+    kw = dict(max_new_tokens=[5, 9, 7], temperature=0.0, stop_strings=stop, stop_token_ids=[tok.eos_token_id])
+    ours = TorchEngine(model, tok).generate(prompts, **kw)
+    theirs = bench.HFGenerateEngine(model, tok).generate(prompts, **kw)
+    assert [s.token_ids for s in theirs] == [s.token_ids for s in ours]
+    assert [s.finish for s in theirs] == [s.finish for s in ours]
+
+
+def test_vs_trl_summary_by_hand():
+    bench = _load("vs_trl")
+    runs = {"tracerl": [{"step_s": [9.0, 2.0, 4.0], "reward": [0.5, 0.25]}],
+            "trl": [{"step_s": [20.0, 6.0, 6.0], "reward": [0.25, 0.25]}]}
+    s = bench.summarise(runs, episodes=64)
+    # step 1 is dropped: tracerl median(2, 4) = 3 s, TRL 6 s -> TRL takes 2x as long
+    assert s["tracerl"]["step_s"] == 3.0 and s["trl"]["step_s"] == 6.0 and "trl_step_over_this" not in s["trl"]
+    assert s["tracerl"]["trl_step_over_this"] == pytest.approx(2.0)
+    # reward per second: mean reward x episodes / step: 0.375 x 64 / 3 = 8.0; TRL 0.25 x 64 / 6 = 2.667 -> 3x
+    assert s["tracerl"]["reward_per_s"] == pytest.approx(8.0)
+    assert s["tracerl"]["reward_per_s_over_trl"] == pytest.approx(3.0)
