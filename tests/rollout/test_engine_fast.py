@@ -109,3 +109,22 @@ def test_a_replaced_generate_is_played_through_generate(tiny):
     assert type(Scripted(model, tok).open_session()).__name__ == "StatelessSession"
     assert type(TorchEngine(model, tok).open_session()).__name__ == "GenerationSession"
     assert type(TorchEngine(model, tok, fast=False).open_session()).__name__ == "StatelessSession"
+
+
+def test_grouped_query_attention_model_matches_reference(tiny):
+    """Two query heads per key/value head (as in SmolLM2): the session's cache and mask still agree."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _, tok = tiny
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)).eval()
+    engine = TorchEngine(model, tok)
+    session = GenerationSession(engine)
+    seqs = [p for p in _prompts(tok) for _ in range(2)]
+    g_fast, g_ref = torch.Generator().manual_seed(2), torch.Generator().manual_seed(2)
+    for _ in range(2):
+        fast = session.generate(list(range(6)), seqs, max_new_tokens=[4, 9, 6, 8, 3, 7], generator=g_fast)
+        _same(fast, engine.generate_reference(seqs, max_new_tokens=[4, 9, 6, 8, 3, 7], generator=g_ref))
+        seqs = [s + f.token_ids + [5, 6, 7] for s, f in zip(seqs, fast)]
