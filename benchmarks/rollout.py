@@ -38,7 +38,7 @@ from tracerl.config import load_recipe
 from tracerl.envs import get_env
 from tracerl.models import load_model_and_tokenizer
 from tracerl.rollout import LoopBudgets, Sample, TorchEngine, run_episodes
-from tracerl.rollout.kv_session import StatelessSession
+from tracerl.rollout.engine import StatelessSession
 
 RECIPES = {"math_tool": "default", "code_tests": "code_tests", "text_world": "text_world"}
 

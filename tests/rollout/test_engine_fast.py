@@ -128,3 +128,17 @@ def test_grouped_query_attention_model_matches_reference(tiny):
         fast = session.generate(list(range(6)), seqs, max_new_tokens=[4, 9, 6, 8, 3, 7], generator=g_fast)
         _same(fast, engine.generate_reference(seqs, max_new_tokens=[4, 9, 6, 8, 3, 7], generator=g_ref))
         seqs = [s + f.token_ids + [5, 6, 7] for s, f in zip(seqs, fast)]
+
+
+def test_without_the_cache_layer_api_the_engine_uses_the_plain_loop(tiny, monkeypatch):
+    """transformers older than the cache-layer API (4.56): the reference loop, same results."""
+    import tracerl.rollout.engine as engine_mod
+
+    model, tok = tiny
+    monkeypatch.setattr(engine_mod, "_fast_session", lambda: None)
+    engine = TorchEngine(model, tok)
+    assert type(engine.open_session()).__name__ == "StatelessSession"
+    prompts = _prompts(tok)
+    got = engine.generate(prompts, max_new_tokens=6, generator=torch.Generator().manual_seed(4))
+    _same(got, engine.generate_reference(prompts, max_new_tokens=6, generator=torch.Generator().manual_seed(4)),
+          atol=0.0)

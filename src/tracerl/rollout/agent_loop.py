@@ -26,9 +26,8 @@ import torch
 
 from tracerl.contract import TerminalReason, TokenRole, Trajectory, ids_sha256, validate
 from tracerl.envs.base import EnvSpec
-from tracerl.rollout.engine import TorchEngine
+from tracerl.rollout.engine import StatelessSession, TorchEngine
 from tracerl.rollout.env_threads import EnvThread, run_all
-from tracerl.rollout.kv_session import StatelessSession
 from tracerl.rollout.render import encode_observation, render_prompt
 from tracerl.tasks.task import Task
 

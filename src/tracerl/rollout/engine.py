@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import torch
 
@@ -61,6 +61,25 @@ def sample_next(logits_BV: torch.Tensor, u_B: torch.Tensor, *, temperature: floa
         lp = logp.gather(-1, tok[:, None]).squeeze(-1)
     ent = -(probs * logp.clamp_min(-1e30)).sum(-1)
     return tok.cpu(), lp.cpu(), ent.cpu()
+
+
+class StatelessSession:
+    """The session interface over `engine.generate`: every call feeds the full sequences."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def generate(self, keys: Sequence[Hashable], sequences: Sequence[Sequence[int]], **kw) -> list[Sample]:
+        return self.engine.generate([list(s) for s in sequences], **kw)
+
+
+def _fast_session():
+    """The session class, or None where transformers predates its cache-layer API (< 4.56)."""
+    try:
+        from tracerl.rollout.kv_session import GenerationSession
+    except ImportError:
+        return None
+    return GenerationSession
 
 
 class TorchEngine:
@@ -103,11 +122,9 @@ class TorchEngine:
 
         A subclass that replaces `generate` is played through its `generate`, full sequences each turn.
         """
-        from tracerl.rollout.kv_session import GenerationSession, StatelessSession
-
-        if not self.fast or type(self).generate is not TorchEngine.generate:
+        if not self.fast or type(self).generate is not TorchEngine.generate or _fast_session() is None:
             return StatelessSession(self)
-        return GenerationSession(self)
+        return _fast_session()(self)
 
     def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int],
                  temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
@@ -115,11 +132,9 @@ class TorchEngine:
                  generator: torch.Generator | None = None) -> list[Sample]:
         kw = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                   stop_strings=stop_strings, stop_token_ids=stop_token_ids, generator=generator)
-        if not self.fast:
+        if not self.fast or _fast_session() is None:
             return self.generate_reference(prompts, **kw)
-        from tracerl.rollout.kv_session import GenerationSession
-
-        return GenerationSession(self).generate(list(range(len(prompts))), prompts, **kw)
+        return _fast_session()(self).generate(list(range(len(prompts))), prompts, **kw)
 
     @torch.no_grad()
     def generate_reference(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int],

@@ -27,7 +27,7 @@ import functools
 from collections.abc import Hashable, Sequence
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache, CacheLayerMixin  # transformers >= 4.56
 
 from tracerl.rollout.engine import Sample, TorchEngine, draw_uniforms, sample_next
 
@@ -257,13 +257,3 @@ class GenerationSession:
             layer.keys[ab, :, :col] = layer.keys[ba, :, :col]
             layer.values[ab, :, :col] = layer.values[ba, :, :col]
         mask[ab, :col] = mask[ba, :col]
-
-
-class StatelessSession:
-    """The session interface over `engine.generate`: every call feeds the full sequences."""
-
-    def __init__(self, engine):
-        self.engine = engine
-
-    def generate(self, keys: Sequence[Hashable], sequences: Sequence[Sequence[int]], **kw) -> list[Sample]:
-        return self.engine.generate([list(s) for s in sequences], **kw)
