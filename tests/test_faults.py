@@ -83,3 +83,13 @@ def test_count_faults_reads_the_kind_from_verifier_output():
     trajs = [traj(TerminalReason.INFRA_FAILURE, "tool_hang"), traj(TerminalReason.INFRA_FAILURE, "tool_hang"),
              traj(TerminalReason.INFRA_FAILURE), traj(TerminalReason.EOS)]
     assert count_faults(trajs) == {"tool_hang": 2, "unlabelled": 1}
+
+
+def test_the_recipe_section_is_validated():
+    from tracerl.config import load_recipe
+    from tracerl.errors import UserError
+    assert load_recipe("smoke", ["faults.tool_crash=0.1"]).faults.tool_crash == 0.1
+    with pytest.raises(UserError, match="faults.tool_crash"):
+        load_recipe("smoke", ["faults.tool_crash=2"])
+    with pytest.raises(UserError, match="faults"):
+        load_recipe("smoke", ["faults.tool_crsh=0.1"])
