@@ -2,7 +2,7 @@
 used to be fooled: integers compared with a tolerance, hedged answers, a malformed \\sqrt."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tracerl.verifiers import ExactMatch, FormatCheck, JsonSchemaVerifier, MathEquivalence, NumericMatch
@@ -27,6 +27,7 @@ def _sane(result, components):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(output=OUTPUT, reference=st.sampled_from(["1/2", "2x + 2", "73", "\\sqrt{2}", "0.5", "-3"]))
+@example(output="<answer>\\sqrt[3{8}</answer>", reference="2")  # raised ValueError on main
 def test_math_equivalence_never_raises(math_eq, output, reference):
     _sane(math_eq.verify({"answer": reference}, output), math_eq.components)
 
