@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tracerl.algorithms.spec import ALGORITHMS, AlgorithmConfig
 from tracerl.algorithms.spec.critic_free import GRPO
 from tracerl.errors import UserError
+from tracerl.faults import FaultsConfig
 from tracerl.tasks.config import TasksConfig
 from tracerl.telemetry.gates import GatesConfig
 from tracerl.telemetry.loggers import LoggersConfig
@@ -30,33 +31,40 @@ class _Cfg(BaseModel):
 
 
 class RunConfig(_Cfg):
-    name: str = "default"
-    """Run name; the run directory is `<root>/<name>-<timestamp>`."""
-    root: str = "runs"
+    name: str = Field("default", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+    """Run name; the run directory is `<root>/<name>-<timestamp>` (letters, digits, . _ + -; at most 100)."""
+    root: str = Field("runs", min_length=1, max_length=1024, pattern=r"^[^\x00]+$")
     """Folder under which run directories are created."""
-    dir: str | None = None
+    dir: str | None = Field(None, min_length=1, max_length=1024, pattern=r"^[^\x00]+$")
     """Exact run directory to use instead of `<root>/<name>-<timestamp>`."""
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**63)
     """Seed for model init, task generation, sampling and data order."""
-    threads: int = 2
+    threads: int = Field(2, ge=1, le=1024)
     """torch intra-op threads (the default machine has 2 cores)."""
     progress: bool = True
     """Show progress bars for long stages."""
 
 
 class TinyModelConfig(_Cfg):
-    hidden_size: int = 128
+    hidden_size: int = Field(128, ge=1, le=1 << 16)
     """Width of the built-in tiny Llama-architecture model."""
-    num_layers: int = 4
+    num_layers: int = Field(4, ge=1, le=256)
     """Transformer blocks."""
-    num_heads: int = 4
+    num_heads: int = Field(4, ge=1, le=1024)
     """Attention heads."""
-    intermediate_size: int = 384
+    intermediate_size: int = Field(384, ge=1, le=1 << 18)
     """MLP width."""
-    vocab_size: int = 512
+    vocab_size: int = Field(512, ge=64, le=1 << 20)
     """Target BPE vocabulary size of the locally trained tokenizer."""
-    max_positions: int = 512
+    max_positions: int = Field(512, ge=8, le=1 << 20)
     """Maximum sequence length."""
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> TinyModelConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"model.tiny.hidden_size ({self.hidden_size}) must be a multiple of "
+                             f"model.tiny.num_heads ({self.num_heads})")
+        return self
 
 
 class ModelConfig(_Cfg):
@@ -73,45 +81,53 @@ class ModelConfig(_Cfg):
 class EnvConfig(_Cfg):
     name: str = "math_tool"
     """Registered environment name (`tracerl envs` lists them)."""
-    train_tasks: int = 2000
+    train_tasks: int = Field(2000, ge=1, le=10**7)
     """Number of generated training tasks."""
-    heldout_tasks: int = 200
+    heldout_tasks: int = Field(200, ge=1, le=10**7)
     """Number of generated held-out tasks (never rewarded in training)."""
     train_difficulty: tuple[float, float] = (0.0, 1.0)
     """Difficulty range [low, high] of training tasks (0 easiest, 1 hardest)."""
     heldout_difficulty: tuple[float, float] = (0.0, 1.0)
     """Difficulty range of held-out tasks."""
-    max_turns: int = 4
+    max_turns: int = Field(4, ge=1, le=10**4)
     """Policy turns per episode before truncation (max_turns)."""
-    max_tokens: int = 256
+    max_tokens: int = Field(256, ge=1, le=1 << 24)
     """Total tokens per episode (prompt included) before truncation (max_tokens)."""
-    max_new_tokens: int = 64
+    max_new_tokens: int = Field(64, ge=1, le=1 << 24)
     """Tokens the policy may write in one turn."""
+
+    @model_validator(mode="after")
+    def _difficulty_ranges(self) -> EnvConfig:
+        for name in ("train_difficulty", "heldout_difficulty"):
+            low, high = getattr(self, name)
+            if not 0.0 <= low <= high <= 1.0:
+                raise ValueError(f"env.{name} must be [low, high] with 0 <= low <= high <= 1, got [{low}, {high}]")
+        return self
 
 
 class SamplingConfig(_Cfg):
-    temperature: float = 1.0
+    temperature: float = Field(1.0, gt=0.0, le=100.0, allow_inf_nan=False)
     """Softmax temperature; behavior log-probs are under this tempered distribution."""
-    top_p: float = 1.0
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
     """Nucleus sampling mass."""
-    top_k: int = 0
+    top_k: int = Field(0, ge=0)
     """Top-k sampling (0 disables)."""
 
 
 class SFTConfig(_Cfg):
-    demos: int = 2000
+    demos: int = Field(2000, ge=1, le=10**7)
     """Expert demonstrations generated through the environment."""
-    expert_tool_rate: float = 0.5
+    expert_tool_rate: float = Field(0.5, ge=0.0, le=1.0)
     """Probability that a demonstration uses the tool (the rest answer directly)."""
     expert_error_rate: float | None = Field(None, ge=0.0, le=1.0)
     """Error rate of the scripted expert (envs whose expert takes `error_rate`); None keeps the env's default."""
-    epochs: int = 3
+    epochs: int = Field(3, ge=1, le=10**4)
     """Passes over the demonstrations."""
-    batch_size: int = 32
+    batch_size: int = Field(32, ge=1, le=10**6)
     """Sequences per optimizer step."""
-    lr: float = 3e-3
+    lr: float = Field(3e-3, gt=0.0, le=10.0, allow_inf_nan=False)
     """Peak learning rate (AdamW, linear warm-up then cosine decay)."""
-    weight_decay: float = 0.0
+    weight_decay: float = Field(0.0, ge=0.0, le=10.0, allow_inf_nan=False)
     """AdamW weight decay."""
 
 
@@ -188,16 +204,23 @@ class RLConfig(_Cfg):
 
 
 class EvalConfig(_Cfg):
-    tasks: int = 200
+    tasks: int = Field(200, ge=1, le=10**7)
     """Held-out tasks evaluated (taken in order from the held-out split)."""
-    samples: int = 4
+    samples: int = Field(4, ge=1, le=10**4)
     """Samples per task (avg@n and pass@k use them)."""
-    temperature: float = 1.0
+    temperature: float = Field(1.0, gt=0.0, le=100.0, allow_inf_nan=False)
     """Sampling temperature of the frozen protocol."""
-    top_p: float = 1.0
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
     """Nucleus mass of the frozen protocol."""
-    k: list[int] = Field(default_factory=lambda: [1, 4])
-    """pass@k values reported."""
+    k: list[int] = Field(default_factory=lambda: [1, 4], min_length=1, max_length=64)
+    """pass@k values reported (each between 1 and `samples`)."""
+
+    @model_validator(mode="after")
+    def _k_within_samples(self) -> EvalConfig:
+        bad = [k for k in self.k if not 1 <= k <= self.samples]
+        if bad:
+            raise ValueError(f"eval.k values must be between 1 and eval.samples ({self.samples}), got {bad}")
+        return self
 
 
 class Recipe(_Cfg):
@@ -221,6 +244,9 @@ class Recipe(_Cfg):
     """Extra metric sinks (TensorBoard, W&B, MLflow); metrics.jsonl and the store are always written."""
     tasks: TasksConfig = Field(default_factory=TasksConfig)
     """Training task pool, filters, difficulty profile and sampler; no sources means the env's generator."""
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
+    """Fault injection for tests and benchmarks (tool crash, hang, slow call, garbage output, env
+    exception, verifier error rates); every injected fault ends its episode as infra_failure."""
     stages: list[Literal["sft", "eval", "rl"]] = Field(default_factory=lambda: ["sft", "eval", "rl", "eval"])
     """Stages in order; the model is built or loaded first."""
 
@@ -247,27 +273,84 @@ def recipe_names() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files("tracerl.recipes").iterdir() if p.name.endswith(".yaml"))
 
 
+MAX_RECIPE_BYTES = 1 << 20
+MAX_YAML_NODES = 100_000  # after aliases are expanded: a few lines of anchors can mean billions
+
+
+def _decode(raw: bytes, what: str) -> str:
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(raw) > 1 and raw.count(b"\x00") > len(raw) // 4):
+        raise UserError(f"{what} is UTF-16 text, not UTF-8; save it as UTF-8 and run again")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise UserError(f"{what} is not UTF-8 text (a binary file?); give a YAML recipe saved as UTF-8") from None
+    if "\x00" in text:
+        raise UserError(f"{what} holds NUL bytes (a binary file?); give a YAML recipe saved as UTF-8")
+    return text
+
+
+def _expanded_size(node, sizes: dict[int, int], depth: int = 0) -> int:
+    """Nodes in `node` once every alias is expanded (shared nodes counted once per use)."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if depth > 100:
+        raise UserError("the YAML is nested more than 100 levels deep; flatten it")
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(n, sizes, depth + 1) for n in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, sizes, depth + 1) + _expanded_size(v, sizes, depth + 1) for k, v in node.value)
+    sizes[id(node)] = size
+    return size
+
+
+def safe_yaml(text: str, what: str):
+    """`yaml.safe_load`, refusing what would blow up later: invalid syntax, nesting deeper than
+    100 levels, or aliases that expand past MAX_YAML_NODES nodes (an "alias bomb")."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is None:
+            return None
+        size = _expanded_size(node, {})
+        if size > MAX_YAML_NODES:
+            raise UserError(f"{what} expands to {size} YAML nodes through aliases (more than {MAX_YAML_NODES}); "
+                            "write the values out instead of nesting anchors")
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "syntax error"
+        raise UserError(f"{what} is not valid YAML{where} ({problem}); fix the syntax and run again") from None
+    except RecursionError:
+        raise UserError(f"{what} is nested too deeply to read; flatten it") from None
+
+
 def _read_yaml(name_or_path: str) -> tuple[dict[str, Any], str]:
     path = Path(name_or_path)
+    if "\x00" in name_or_path:
+        raise UserError("the recipe name holds a NUL character; give a shipped recipe name or a YAML path")
     if not (path.suffix in (".yaml", ".yml") or path.exists()):
         res = resources.files("tracerl.recipes") / f"{name_or_path}.yaml"
-        if not res.is_file():
+        if "/" in name_or_path or not res.is_file():
             close = difflib.get_close_matches(name_or_path, recipe_names(), n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"shipped recipes: {', '.join(recipe_names())}"
-            raise UserError(f"no recipe named {name_or_path!r}; {hint}")
-        text, source = res.read_text(), f"recipes/{name_or_path}.yaml"
+            raise UserError(f"no recipe named {name_or_path[:200]!r}; {hint}")
+        raw, source = res.read_bytes(), f"recipes/{name_or_path}.yaml"
     else:
         if not path.is_file():
             raise UserError(f"recipe file {path} does not exist; give a shipped recipe name or an existing YAML path")
-        text, source = path.read_text(), str(path)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"recipe {source} is not valid YAML{where}; fix the syntax and run again") from None
+        try:
+            if path.stat().st_size > MAX_RECIPE_BYTES:
+                raise UserError(f"recipe {path} is {path.stat().st_size} bytes, more than a recipe needs "
+                                f"({MAX_RECIPE_BYTES}); give the YAML recipe, not a data file")
+            raw = path.read_bytes()
+        except OSError as err:
+            raise UserError(f"recipe file {path} cannot be read ({err.strerror}); check its permissions") from None
+        source = str(path)
+    data = safe_yaml(_decode(raw, f"recipe {source}"), f"recipe {source}")
     if data is None:
-        data = {}
+        raise UserError(f"recipe {source} is empty; write at least one section (run:, model:, ...) "
+                        "or run a shipped recipe by name")
     if not isinstance(data, dict):
         raise UserError(f"recipe {source} must be a YAML mapping of sections (run:, model:, ...), not a {type(data).__name__}")
     return data, source
@@ -311,17 +394,19 @@ def _unknown_key(key: str, where: str, algorithm: str | None = None) -> str:
 
 def _apply_override(data: dict[str, Any], item: str) -> None:
     if "=" not in item:
-        raise UserError(f"override {item!r} must look like key.sub=value")
+        raise UserError(f"override {item[:200]!r} must look like key.sub=value")
     key, raw = item.split("=", 1)
     if key not in _valid_keys(Recipe):
-        raise UserError(_unknown_key(key, "").replace("unknown key", "unknown override key"))
+        raise UserError(_unknown_key(key[:200], "").replace("unknown key", "unknown override key"))
     node = data
     parts = key.split(".")
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise UserError(f"override {key!r} goes inside {part!r}, which is not a section")
-    node[parts[-1]] = yaml.safe_load(raw) if raw != "" else None
+    if len(raw) > 10_000:
+        raise UserError(f"override {key!r} has a value of {len(raw)} characters; put long values in a recipe file")
+    node[parts[-1]] = safe_yaml(raw, f"the value of override {key!r}") if raw != "" else None
 
 
 def _explain(err: ValidationError, source: str) -> str:
@@ -338,7 +423,9 @@ def _explain(err: ValidationError, source: str) -> str:
         return f"unknown {loc.rsplit('.', 1)[-1]} {tag!r} for {loc!r} in {source}; {hint}"
     if not loc or (e["type"] == "value_error" and isinstance(e.get("input"), dict)):  # a check across fields
         return f"{source}: {e['msg'].removeprefix('Value error, ')}"
-    return f"bad value for {loc!r} in {source}: {e['msg']} (got {e.get('input')!r})"
+    got = repr(e.get("input"))
+    got = got if len(got) <= 200 else got[:200] + f"... ({len(got)} characters)"
+    return f"bad value for {loc!r} in {source}: {e['msg']} (got {got})"
 
 
 def load_recipe(name_or_path: str = "default", overrides: list[str] | None = None) -> Recipe:

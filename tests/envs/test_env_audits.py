@@ -8,7 +8,7 @@ from tracerl.cli import main
 from tracerl.envs import env_names
 from tracerl.verifiers.audit import audit_names, get_audit, run_audit
 
-SUITE = ["search_qa", "text_world", "workplace_db", "code_tests", "reasoning_gym"]
+SUITE = ["math_tool", "search_qa", "text_world", "workplace_db", "code_tests", "reasoning_gym"]
 
 
 @pytest.mark.parametrize("name", SUITE)
@@ -28,3 +28,9 @@ def test_tracerl_audit_accepts_an_env_builder(capsys):
     assert main(["audit", "tracerl.envs.workplace_db:audit"]) == 0
     out = capsys.readouterr().out
     assert "SQL injection through values" in out and "false positives (adversarial rewarded): 0" in out
+
+
+def test_math_tool_refuses_digits_of_other_scripts():
+    """int() reads Arabic-Indic digits; the check used to accept them as the integer."""
+    from tracerl.envs.math_tool import check_answer
+    assert check_answer("\u0667\u0663", "73") == 0.0 and check_answer("73", "73") == 1.0

@@ -30,6 +30,9 @@ def run(args) -> int:
 
             raise UserError(f"{args.resume} has no config.yaml; it cannot be resumed")
     recipe = load_recipe(recipe_arg, overrides)  # fails before anything runs
+    from tracerl.tasks.sources import check_sources
+
+    check_sources(recipe.tasks.sources)  # a missing, empty or all-bad task file: before any run dir
 
     from tracerl.train.pipeline import run_recipe
 

@@ -25,6 +25,18 @@ def resolve_model_path(path: str | Path) -> Path:
     return Path(text).expanduser()
 
 
+def _check_config_json(path: Path) -> None:
+    import json
+
+    try:
+        config = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UserError(f"{path} is not valid JSON ({type(exc).__name__}: {str(exc)[:120]}); "
+                        "restore the model's config.json") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_type", ""), str):
+        raise UserError(f"{path} is not a Hugging Face model config (a JSON object with model_type); restore it")
+
+
 def load_model_and_tokenizer(path: str | Path, *, gguf_file: str | None = None, dtype: str = "float32"):
     p = resolve_model_path(path)
     if not p.is_dir():
@@ -33,6 +45,8 @@ def load_model_and_tokenizer(path: str | Path, *, gguf_file: str | None = None, 
         raise UserError(f"GGUF file {gguf_file!r} is not in {p}; set model.gguf_file to a file in that folder")
     if not gguf_file and not (p / "config.json").is_file():
         raise UserError(f"{p} has no config.json; point model.path at a Hugging Face model directory")
+    if not gguf_file:
+        _check_config_json(p / "config.json")
     kwargs = {"local_files_only": True}
     if gguf_file:
         kwargs["gguf_file"] = gguf_file

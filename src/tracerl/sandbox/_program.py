@@ -24,6 +24,7 @@ MNT_DETACH = 2
 MS_REMOUNT = 32
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 
 SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 283, "s390x": 280}.get(os.uname().machine, 250)
 KEYCTL_JOIN_SESSION_KEYRING = 1
@@ -74,6 +75,124 @@ def _drop_privileges():
     _check(libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
 
 
+# Per-call memory groups: cgroup knob names by version (limit, peak, events holding oom_kill).
+GROUP_KNOBS = {1: ("memory.limit_in_bytes", "memory.max_usage_in_bytes", "memory.oom_control"),
+               2: ("memory.max", "memory.peak", "memory.events")}
+
+
+def _count(text, key):
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return int(value)
+    return 0
+
+
+class CallGroup:
+    """In the call's init: its own memory group, joined before anything is allocated, with the
+    knobs held open (the program never sees the cgroup mount: init hides it and closes the fds)."""
+
+    def __init__(self, path, version):
+        limit, peak, events = GROUP_KNOBS[version]
+        fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+        self.limit = os.open(os.path.join(path, limit), os.O_WRONLY | os.O_CLOEXEC)
+        self.peak = os.open(os.path.join(path, peak), os.O_RDONLY | os.O_CLOEXEC)
+        self.events = os.open(os.path.join(path, events), os.O_RDONLY | os.O_CLOEXEC)
+        swap = os.path.join(path, "memory.memsw.limit_in_bytes" if version == 1 else "memory.swap.max")
+        self.swap = os.open(swap, os.O_WRONLY | os.O_CLOEXEC) if os.path.exists(swap) else None
+        self.version = version
+
+    def set_limit(self, nbytes):
+        os.write(self.limit, str(nbytes).encode())
+        if self.swap is not None:  # no swap beyond the limit (v1: memory+swap; v2: swap alone)
+            os.write(self.swap, str(nbytes if self.version == 1 else 0).encode())
+
+    def report(self):
+        def read(fd):
+            os.lseek(fd, 0, os.SEEK_SET)
+            return os.read(fd, 4096).decode()
+        try:
+            return {"memory_peak_bytes": int(read(self.peak).strip() or 0), "oom_kills": _count(read(self.events), "oom_kill")}
+        except (OSError, ValueError):
+            return {}
+
+
+class CallGroups:
+    """In the zygote: makes one memory group per call under the worker's group (mounted at
+    `mount` by the host) and removes it once the call's init was reaped."""
+
+    def __init__(self, mount, version=1):
+        self.mount, self.version, self.stale = mount, version, []
+        self.ids = iter(range(1 << 62))
+
+    def make(self):
+        if not self.mount:
+            return None
+        path = os.path.join(self.mount, f"call-{next(self.ids)}")
+        os.mkdir(path)
+        return path
+
+    def drop(self, path):
+        """Remove the group; returns how many processes the OOM killer took in it."""
+        if path is None:
+            return 0
+        try:
+            with open(os.path.join(path, GROUP_KNOBS[self.version][2])) as f:
+                kills = _count(f.read(), "oom_kill")
+        except (OSError, ValueError):
+            kills = 0
+        for old in self.stale + [path]:
+            try:
+                os.rmdir(old)
+                if old in self.stale:
+                    self.stale.remove(old)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                if old not in self.stale:
+                    self.stale.append(old)
+        return kills
+
+
+class _Filter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _FilterProg(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Filter))]
+
+
+def _key_filter():
+    """A seccomp program: add_key, request_key and keyctl fail with EPERM, so no call can hold
+    keys or use up the key quota of the host uid that every call shares; other ABIs are killed."""
+    machine = os.uname().machine
+    arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(machine)
+    if arch is None:
+        return None
+    denied = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}[machine]
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, 0x80000000), (ld_abs, 0, 0, 0)]
+    checks = [(jge, 0x40000000)] if machine == "x86_64" else []  # the x32 ABI's numbers
+    checks += [(jeq, nr) for nr in denied]
+    for i, (op, k) in enumerate(checks):
+        prog.append((op, len(checks) - i, 0, k))  # to the EPERM return after the ALLOW
+    prog += [(ret, 0, 0, 0x7FFF0000), (ret, 0, 0, 0x00050000 | 1)]
+    table = (_Filter * len(prog))(*[_Filter(*ins) for ins in prog])
+    return table, _FilterProg(len(prog), table)
+
+
+KEY_FILTER = _key_filter()  # built once in the zygote; installed per program
+
+
+def _deny_keys():
+    if KEY_FILTER is not None:
+        _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(KEY_FILTER[1]), 0, 0), "seccomp")
+
+
 def _run_program(code, limits, workdir, namespaces, ready_w):
     """Becomes the program: limits, privileges, stdio and a fresh __main__, then the code.
 
@@ -92,14 +211,13 @@ def _run_program(code, limits, workdir, namespaces, ready_w):
 
 def _prepare_program(limits, workdir, namespaces, ready_w):
     import resource
-    for sig in (signal.SIGCHLD, signal.SIGALRM, signal.SIGUSR1, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # what a fresh python has (init has none)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
     os.setsid()
     os.closerange(3, ready_w)
     os.closerange(ready_w + 1, 1 << 16)
     libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # init is non-dumpable; the program is an ordinary process
-    try:  # first in line for the OOM killer, before init, the zygote or anything of the host's
+    try:  # first in line for the OOM killer; where the host is root it cannot lower this again
         fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
         os.write(fd, b"1000")
         os.close(fd)
@@ -131,6 +249,7 @@ def _prepare_program(limits, workdir, namespaces, ready_w):
         resource.setrlimit(res, value)
     if namespaces:
         _drop_privileges()
+        _deny_keys()
     else:
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 

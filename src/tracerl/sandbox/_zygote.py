@@ -6,24 +6,28 @@ stays unprivileged), imports the common modules, freezes them for the garbage co
 per call:
 
   zygote ──clone(new mount/PID/IPC/UTS namespaces)──► call init (PID 1 of the call)
-            joins an empty network namespace lent from a pool (never two live calls in one),
-            mounts a fresh tmpfs on /work, /tmp and /dev/shm and a new /proc — all before the
-            request arrives (the "armed" init; the next one is armed while a call runs) — then,
-            with the request, sizes the tmpfs to the call's limit, writes the files, and
+            joins a memory cgroup of its own (where the host provides them), makes a fresh
+            network namespace, mounts a fresh tmpfs on /work, /tmp and /dev/shm and a new /proc,
+            hides the cgroup mount — all before the request arrives (the "armed" init; the next
+            one is armed while a call runs) — then, with the request, sizes the tmpfs and the
+            memory group to the call's limits, writes the files, and
             └─fork──► program: a user namespace of its own (so RLIMIT_NPROC counts this call's
-                      processes only), rlimits, all capabilities dropped, no_new_privs, fds 3+
-                      closed, clean environment, a fresh __main__
-          init reaps every process, enforces the wall clock (SIGALRM), measures CPU and memory,
-          sends the one result message and exits; the kernel then kills whatever is left in the
-          PID namespace (daemons, double forks) and frees the tmpfs. Only then does the network
-          namespace go back to the pool.
+                      processes only), rlimits, all capabilities dropped, no_new_privs, a seccomp
+                      filter refusing the key syscalls, fds 3+ closed, clean environment, a fresh
+                      __main__
+          init reaps every process, enforces the wall clock (sigtimedwait on SIGCHLD), measures
+          CPU and memory, sends the one result message and exits; the kernel then kills whatever
+          is left in the PID namespace (daemons, double forks) and frees the tmpfs, the network
+          namespace and, once the zygote reaps init, the memory group.
 
 The zygote never runs candidate code, so every call starts from the same pristine state. The
 zygote kills a call's init on the host's request (output limit) or when init's own wall clock
 failed (backstop). Init is non-dumpable, so the program cannot ptrace it or read its fds, and the
-program holds none of init's file descriptors. The only signal init listens to is SIGALRM: a
-program that sends it to PID 1 only ends its own call as a timeout. A failure while preparing the
-program is reported by init as `crash` (infrastructure), never as the program's own outcome.
+program holds none of init's file descriptors. Init has no signal handler at all, so the kernel
+drops every signal the program sends to PID 1 (it cannot end init or fake its deadline); the
+call's status comes from init's result message, never from its pipes closing. A failure while
+preparing the program is reported by init as `crash` (infrastructure), never as the program's
+own outcome; an init the OOM killer took is reported as `memory`.
 """
 
 # Runs as one module after _program.py (worker.zygote_source), whose imports, constants and
@@ -39,13 +43,22 @@ def _send(sock, message):
     sock.sendmsg([json.dumps(message).encode()])
 
 
-class _Deadline(Exception):
-    pass
+def _own_signals():
+    """Run once in the zygote, so every call's init inherits it. Init of a PID namespace gets
+    only the signals it has a handler for from inside its namespace: so no signal keeps a
+    handler (Python's SIGINT one made init raise KeyboardInterrupt), and SIGCHLD, the one it
+    waits for, is blocked and collected with sigtimedwait. A program's signals to PID 1 are then
+    dropped by the kernel: they cannot end init or fake its deadline."""
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP) and callable(signal.getsignal(sig)):
+            signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
 
 
-def _setup_namespaces(disk_bytes, netns_fd):
-    """In the call's init: join its network namespace, mount a private size-capped tmpfs and a new /proc."""
-    _check(libc.setns(netns_fd, CLONE_NEWNET), "setns net")
+def _setup_namespaces(disk_bytes):
+    """In the call's init: a network namespace of its own (fresh: no counters or sockets of an
+    earlier call), a private size-capped tmpfs and a new /proc."""
+    _check(libc.unshare(CLONE_NEWNET), "unshare net")
     name = b"sandbox"
     libc.sethostname(name, len(name))
     opts = f"size={disk_bytes},nr_inodes=4096,mode=0755,uid=0,gid=0"
@@ -97,13 +110,16 @@ def _clone_into_namespaces():
     return pid
 
 
-def _armed(sock, ctrl, config, netns_fd):
+def _armed(sock, ctrl, config, group_dir):
     """A call's init made before its request arrives: namespaces and mounts are ready, so the
-    request only pays for the program. Exits if its setup fails (the zygote sees a dead spare)."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    request only pays for the program. Exits if its setup fails (the zygote sees a dead spare).
+    With per-call memory groups it joins its own, keeps its knobs open and hides the cgroup mount."""
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    workdir = _setup_namespaces(SPARE_DISK_BYTES, netns_fd)
+    group = CallGroup(group_dir, config["cgroup_version"]) if group_dir else None
+    workdir = _setup_namespaces(SPARE_DISK_BYTES)
+    if group is not None:
+        _mount("tmpfs", config["cgroup"], "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k")
     msg, fds, _, _ = socket.recv_fds(sock, 1 << 17, 8)
     if not msg:
         os._exit(0)
@@ -111,13 +127,12 @@ def _armed(sock, ctrl, config, netns_fd):
     head, _, inline = msg.partition(b"\n")
     req = json.loads(head)
     req["inline"] = inline
-    _call(req, fds, ctrl, config, workdir)
+    _call(req, fds, ctrl, config, workdir, group)
 
 
-def _call(req, fds, ctrl, config, workdir):
+def _call(req, fds, ctrl, config, workdir, group=None):
     """The call's monitor and init (PID 1 of its namespaces): files, the program, the report."""
     call_id, namespaces = req["id"], config["namespaces"]
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     out_fd, err_fd, *extra = fds
     if req["memfd"]:
@@ -140,38 +155,25 @@ def _call(req, fds, ctrl, config, workdir):
             _mount("none", "/work", None, MS_REMOUNT, f"size={limits['disk_bytes']}")
         else:
             workdir = _private_dir(config["workbase"])
+        if group is not None:
+            group.set_limit(limits["memory_bytes"] + limits["disk_bytes"])
         _write_files(workdir, payload["files"])
     except OSError as exc:
         _send(ctrl, {"id": call_id, "status": "crash", "reason": f"sandbox setup failed: {exc}"})
         os._exit(0)
     ready_r, ready_w = os.pipe()
-
-    def on_alarm(signum, frame):
-        raise _Deadline()
-
-    # installed before the fork: a SIGALRM the program sends to init at once must find the handler
-    # (PID 1 drops signals it has no handler for); the program resets it to the default before exec
-    signal.signal(signal.SIGALRM, on_alarm)
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
         for target, fd in ((0, stdin_fd), (1, out_fd), (2, err_fd)):
             os.dup2(fd, target)
         _run_program(code, limits, workdir, namespaces, ready_w)
-    timed_out, status = False, None
-    try:
-        for fd in (stdin_fd, out_fd, err_fd, ready_w):
-            os.close(fd)
-        signal.setitimer(signal.ITIMER_REAL, limits["wall_s"])
-        while status is None:
-            reaped, st = os.waitpid(-1, 0)
-            if reaped == pid:
-                status = st
-    except _Deadline:
-        timed_out = True
+    for fd in (stdin_fd, out_fd, err_fd, ready_w):
+        os.close(fd)
+    status, timed_out = _reap_until(pid, start + limits["wall_s"])
+    if timed_out:
         _kill_tree(pid, namespaces)
         _, status = os.waitpid(pid, 0)
-    signal.setitimer(signal.ITIMER_REAL, 0)
     os.set_blocking(ready_r, False)
     try:
         started = os.read(ready_r, 1) == b"1"
@@ -186,10 +188,32 @@ def _call(req, fds, ctrl, config, workdir):
         _kill_tree(pid, namespaces)
         import shutil
         shutil.rmtree(workdir, ignore_errors=True)
-    _send(ctrl, {"id": call_id, "wait_status": status, "timed_out": timed_out,
-                 "wall_s": time.monotonic() - start, "cpu_s": usage.ru_utime + usage.ru_stime,
-                 "max_rss_bytes": usage.ru_maxrss * 1024})
+    report = {"id": call_id, "wait_status": status, "timed_out": timed_out,
+              "wall_s": time.monotonic() - start, "cpu_s": usage.ru_utime + usage.ru_stime,
+              "max_rss_bytes": usage.ru_maxrss * 1024}
+    if group is not None:
+        report.update(group.report())
+    _send(ctrl, report)
     os._exit(0)
+
+
+def _reap_until(pid, deadline):
+    """Reap every child (orphans included) until `pid` exits or the deadline passes; returns
+    (wait status or None, timed out). Only a real SIGCHLD or the clock moves it on."""
+    while True:
+        while True:
+            try:
+                reaped, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                reaped = 0
+            if reaped == 0:
+                break
+            if reaped == pid:
+                return st, False
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None, True
+        signal.sigtimedwait([signal.SIGCHLD], left)
 
 
 def _kill_tree(pid, namespaces):
@@ -199,29 +223,6 @@ def _kill_tree(pid, namespaces):
             os.killpg(pid, signal.SIGKILL)
     except OSError:
         pass
-
-
-class NetPool:
-    """Empty network namespaces (loopback down), each lent to one call at a time.
-
-    A namespace comes back only after its call's init was reaped, and init's exit takes every
-    process of the call with it, so no socket survives into the next call; the program has no
-    capability over the namespace, so it cannot change its configuration either. Reusing them
-    saves creating and tearing down a network namespace per call.
-    """
-
-    def __init__(self):
-        self.free = []
-
-    def take(self):
-        if self.free:
-            return self.free.pop()
-        fd = os.open("/proc/self/ns/net", os.O_RDONLY)
-        _check(libc.unshare(CLONE_NEWNET), "unshare net")  # the zygote moves on; fd keeps the old one
-        return fd
-
-    def give(self, fd):
-        self.free.append(fd)
 
 
 def _spawn(req, fds, ctrl, config):
@@ -238,14 +239,18 @@ def _spawn(req, fds, ctrl, config):
 class Spare:
     """The next call's init, armed ahead (see `_armed`)."""
 
-    def __init__(self, ctrl, config, pool):
+    def __init__(self, ctrl, config, groups):
         self.sock, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.netns = pool.take()
-        self.pid = _clone_into_namespaces()
+        self.group = groups.make()
+        try:
+            self.pid = _clone_into_namespaces()
+        except OSError:
+            groups.drop(self.group)
+            raise
         if self.pid == 0:
             try:
                 self.sock.close()
-                _armed(child_end, ctrl, config, self.netns)
+                _armed(child_end, ctrl, config, self.group)
             finally:
                 os._exit(1)
         child_end.close()
@@ -270,14 +275,13 @@ def _enter_own_user_namespace():
     _write_id_maps(0, ids)
 
 
-def _probe(pool):
+def _probe():
     """Whether per-call namespaces work here; run once at start, reported to the host."""
     r, w = os.pipe()
-    netns = pool.take()
     pid = _clone_into_namespaces()
     if pid == 0:
         try:
-            _setup_namespaces(1 << 20, netns)
+            _setup_namespaces(1 << 20)
             if os.fork() == 0:
                 _check(libc.unshare(CLONE_NEWUSER), "unshare user")
                 _write_id_maps(UID_IN_CALL, (0, 0))
@@ -290,7 +294,6 @@ def _probe(pool):
     answer = os.read(r, 2)
     os.close(r)
     os.waitpid(pid, 0)
-    pool.give(netns)
     return answer == b"ok"
 
 
@@ -303,12 +306,13 @@ def main():
             except OSError:
                 pass
     ctrl = socket.socket(fileno=config["ctrl_fd"])
+    _own_signals()
     for name in config.get("preload", []):
         try:
             __import__(name)
         except Exception:  # noqa: BLE001 - a missing optional module only costs warmth
             pass
-    pool = NetPool()
+    groups = CallGroups(config.get("cgroup"))
     import gc
     if config["preload"]:
         gc.collect()
@@ -316,7 +320,7 @@ def main():
     if config["namespaces"]:
         try:
             _enter_own_user_namespace()
-            ready = _probe(pool) if config["probe"] else True
+            ready = _probe() if config["probe"] else True
         except OSError as exc:
             ready = False
             _send(ctrl, {"ready": False, "reason": f"per-call namespaces unavailable inside the sandbox: {exc}"})
@@ -327,10 +331,10 @@ def main():
     _send(ctrl, {"ready": True, "pid": os.getpid(), "python": sys.version.split()[0]})
     poller = select.poll()
     poller.register(ctrl.fileno(), select.POLLIN)
-    calls = {}  # pidfd -> (pid, call id, deadline, netns fd)
+    calls = {}  # pidfd -> (pid, call id, deadline, memory group dir)
     by_id = {}  # call id -> pid
     killed = {}  # call id -> result to send when its init is reaped
-    spare = Spare(ctrl, config, pool) if config["namespaces"] and config["preload"] else None
+    spare = Spare(ctrl, config, groups) if config["namespaces"] and config["preload"] else None
     while True:
         now = time.monotonic()
         timeout = min((c[2] for c in calls.values()), default=now + 3600) - now
@@ -348,18 +352,18 @@ def main():
                         killed[req["kill"]] = {"status": "killed", "reason": "killed on the host's request"}
                         os.kill(pid, signal.SIGKILL)
                     continue
-                pid, netns = None, None
+                pid, group = None, None
                 try:
                     if not config["namespaces"]:
                         pid = _spawn(req, fds, ctrl, config)
                     else:
                         for _ in range(2):  # a spare that died while armed is replaced once
-                            spare = spare or Spare(ctrl, config, pool)
+                            spare = spare or Spare(ctrl, config, groups)
                             if spare.dispatch(msg, fds):
-                                pid, netns = spare.pid, spare.netns
+                                pid, group = spare.pid, spare.group
                                 spare = None
                                 break
-                            pool.give(spare.netns)
+                            groups.drop(spare.group)
                             spare = None
                         if pid is None:
                             raise OSError("the call's init could not be prepared")
@@ -370,24 +374,26 @@ def main():
                 if pid is None:
                     continue
                 pidfd = os.pidfd_open(pid)
-                calls[pidfd] = (pid, req["id"], time.monotonic() + req["wall_s"] + BACKSTOP_S, netns)
+                calls[pidfd] = (pid, req["id"], time.monotonic() + req["wall_s"] + BACKSTOP_S, group)
                 by_id[req["id"]] = pid
                 poller.register(pidfd, select.POLLIN)
                 if config["namespaces"]:
                     try:  # arm the next call's init while this one runs
-                        spare = Spare(ctrl, config, pool)
+                        spare = Spare(ctrl, config, groups)
                     except OSError:
                         spare = None
             else:
-                pid, call_id, _, netns = calls.pop(fd)
+                pid, call_id, _, group = calls.pop(fd)
                 poller.unregister(fd)
                 os.close(fd)
                 by_id.pop(call_id, None)
                 _, status = os.waitpid(pid, 0)  # init reaped: every process of the call is gone
-                if netns is not None:
-                    pool.give(netns)
+                oom_kills = groups.drop(group)
                 if call_id in killed:
                     _send(ctrl, {"id": call_id, **killed.pop(call_id)})
+                elif status != 0 and oom_kills:  # init itself was the OOM killer's pick
+                    _send(ctrl, {"id": call_id, "status": "memory", "oom_kills": oom_kills,
+                                 "reason": "OOM-killed at the call's memory cap"})
                 elif status != 0:
                     _send(ctrl, {"id": call_id, "status": "crash",
                                  "reason": f"the call's monitor died (wait status {status})"})

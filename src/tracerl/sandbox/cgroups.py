@@ -66,7 +66,9 @@ def sweep_stale() -> None:
 class WorkerGroup:
     """A memory and a pids group for one worker; `procs_files` are what the worker joins."""
 
-    def __init__(self, memory_bytes: int, max_pids: int) -> None:
+    def __init__(self, memory_bytes: int, max_pids: int, owner: int | None = None) -> None:
+        """`owner` (the sandbox's host uid) gets the memory group's directory, so the worker can
+        make one group per call below it; the group's own knobs stay root's."""
         global _swept
         if not _swept:
             _swept = True
@@ -85,6 +87,9 @@ class WorkerGroup:
             self.remove()
             raise
         self.procs_files = [os.path.join(d, "cgroup.procs") for d in self.dirs]
+        self.memory_dir = self.dirs[0]
+        if owner is not None:
+            os.chown(self.memory_dir, owner, owner)
 
     def peak_memory_bytes(self) -> int:
         with open(os.path.join(self.dirs[0], "memory.max_usage_in_bytes")) as f:
@@ -103,11 +108,17 @@ class WorkerGroup:
         return 0
 
     def remove(self, wait_s: float = 2.0) -> None:
-        """Remove the groups once their processes are gone (rmdir fails while any remain)."""
+        """Remove the groups once their processes are gone (rmdir fails while any remain), with
+        any per-call groups a killed worker left below them."""
         deadline = time.monotonic() + wait_s
         for path in self.dirs:
             while True:
                 try:
+                    for sub in [e.path for e in os.scandir(path) if e.is_dir() and e.name.startswith("call-")]:
+                        try:
+                            os.rmdir(sub)
+                        except OSError:
+                            pass
                     os.rmdir(path)
                     break
                 except FileNotFoundError:
@@ -119,10 +130,15 @@ class WorkerGroup:
         self.dirs = []
 
 
-# Runs as root in a fresh interpreter: join the groups, drop to the sandbox user, exec bubblewrap.
+# Runs as root in a fresh interpreter: raise the OOM score to the maximum (the whole worker is
+# the OOM killer's first pick before anything of the host's; a program may lower its own score,
+# but its own memory group confines the killer to its call), join the groups, drop to the
+# sandbox user, exec bubblewrap.
 JOIN_AND_DROP = (
     "import os, sys\n"
-    "uid, files, argv = int(sys.argv[1]), sys.argv[2].split(':'), sys.argv[3:]\n"
+    "uid, files, argv = int(sys.argv[1]), [f for f in sys.argv[2].split(':') if f], sys.argv[3:]\n"
+    "with open('/proc/self/oom_score_adj', 'w') as f:\n"
+    "    f.write('1000')\n"
     "for path in files:\n"
     "    with open(path, 'w') as f:\n"
     "        f.write(str(os.getpid()))\n"

@@ -84,6 +84,10 @@ class ExecResult:
     wall_s: float = 0.0
     cpu_s: float = 0.0
     max_rss_bytes: int = 0
+    """Largest resident set of one process of the call (getrusage)."""
+    memory_peak_bytes: int = 0
+    """Peak of everything the call held together (processes, memfds, tmpfs), from its own memory
+    cgroup; 0 where per-call cgroups are unavailable."""
     reason: str = ""
     """One sentence on why the status is what it is (empty for `ok`)."""
 

@@ -7,23 +7,33 @@ What is isolated (level "full", bubblewrap + namespaces, see `isolation_report()
   * processes: a new PID namespace per call (it sees only its own processes) whose teardown at
     the wall-clock limit kills every descendant, daemons included; RLIMIT_NPROC is counted in the
     call's own user namespace.
-  * network: an empty network namespace per call (no interface up, not even loopback), lent
-    from a pool and never shared by two live calls, so concurrent calls cannot talk either.
+  * network: a fresh, empty network namespace per call (no interface up, not even loopback):
+    no counter, socket or name of an earlier or concurrent call is visible.
   * identity: an unprivileged host uid (nobody) when the host runs as root; a user namespace of
     its own with no way to create another; zero capabilities, no_new_privs; a clean environment;
-    a fresh session keyring; no inherited file descriptors besides stdin/out/err.
+    a fresh session keyring and no key system calls (seccomp: add_key, request_key, keyctl fail
+    with EPERM, so the host uid's shared key quota cannot be used up); no inherited file
+    descriptors besides stdin/out/err; no signal reaches the call's init.
   * resources: CPU seconds, address space, processes, file size, open files, tmpfs size, output
-    bytes, wall clock.
+    bytes, wall clock; where the host is root with cgroup v1 memory, one memory group per call
+    holding everything the call has (processes, memfds, tmpfs pages) to memory_bytes + disk_bytes.
+  * inputs: code, stdin, files and limits are checked once on a copy (sandbox.inputs); what
+    could fail inside the call's setup is refused up front as `blocked`.
 
 What is NOT isolated:
   * the kernel itself: a kernel exploit escapes (there is no seccomp filter and no VM);
   * side channels: timing, cache, CPU frequency and co-tenant load are shared with the host;
   * covert signalling between *concurrent* calls through the shared read-only files (advisory
     locks or inotify on /usr): no data is stored, but two live calls could agree on bits;
-  * total memory, where cgroups are not writable (cgroup v2, not root): RLIMIT_AS is per process,
-    so nproc x memory_bytes bounds a call, and tmpfs pages count against no rlimit. Where the
-    cgroup v1 memory and pids hierarchies are writable by a root host, all calls of a worker
-    together are capped at `total_memory_bytes` (see sandbox.cgroups) and this gap closes;
+  * memory, where cgroups are not writable (cgroup v2 only, or not root): RLIMIT_AS is per
+    process, so nproc x memory_bytes bounds a call, and tmpfs and memfd pages count against no
+    rlimit. Where the cgroup v1 memory and pids hierarchies are writable by a root host, each
+    call has its own memory group and all calls of a worker together are capped at
+    `total_memory_bytes` (see sandbox.cgroups). Per-call groups on a cgroup v2 host are not
+    implemented yet;
+  * the OOM score: programs start at 1000 but may lower it (the kernel lets them here); their
+    own memory group confines the OOM killer to their call, but in a machine-wide OOM a program
+    that lowered its score is not the first pick;
   * CPU share: a call can use every core up to its CPU-seconds budget (no cgroup quota);
   * the read-only view of /usr is the host's: installed packages and their versions are visible.
 At level "rlimits" (no bubblewrap / user namespaces) far less holds; the sandbox warns at start
@@ -32,7 +42,6 @@ and `isolation_report()` lists what is missing. `Sandbox(require="full")` refuse
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import select
@@ -46,11 +55,12 @@ from concurrent.futures import ThreadPoolExecutor
 from tracerl.errors import UserError
 from tracerl.sandbox.backend import LEVELS, Plan, find_python, full_plan, rlimits_plan
 from tracerl.sandbox.limits import ExecResult, Limits, Status
-from tracerl.sandbox import cgroups
+from tracerl.sandbox import cgroups, inputs
 from tracerl.sandbox.worker import MAX_PIDS, Worker, WorkerDied
 
 MEMORY_EXIT = 250  # mirrors _program.MEMORY_EXIT
 HOST_GRACE_S = 5.0  # past the zygote's own backstop (2 s): only a wedged zygote gets here
+RESULT_CHECK_S = 0.02  # while the pipes stay open, how often the host looks for the result message
 
 _plans: dict[str, tuple[Plan, str]] = {}
 _plans_lock = threading.Lock()
@@ -172,12 +182,11 @@ class Sandbox:
     def run(self, code: str, *, stdin: str | bytes = "", files: Mapping[str, str | bytes] | None = None,
             limits: Limits | None = None) -> ExecResult:
         """Run `code` as a Python program with `stdin`, `files` in its working directory, `limits`."""
-        limits = limits or self.limits
-        refused = _check_inputs(code, files, limits)
-        if refused:
-            return ExecResult(Status.BLOCKED, None, "", "", reason=refused)
-        payload = json.dumps({"code": code, "files": _encode_files(files or {}), "limits": limits.to_dict()}).encode()
-        stdin_bytes = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
+        limits = self.limits if limits is None else limits
+        checked = inputs.check(code, stdin, files, limits)
+        if isinstance(checked, str):
+            return ExecResult(Status.BLOCKED, None, "", "", reason=checked)
+        payload, stdin_bytes = checked
         cold = None
         try:
             worker = self._get_worker() if self.warm else (cold := self._start_worker(warm=False))
@@ -206,7 +215,7 @@ class Sandbox:
             return ExecResult(Status.CRASH, None, "", "", reason=str(exc))
         deadline = start + limits.wall_s + HOST_GRACE_S
         streams, overflow, stuck = _collect(out_r, err_r, limits.output_bytes, deadline,
-                                            lambda: worker.kill(call_id))
+                                            lambda: worker.kill(call_id), pending.event)
         if stuck:  # the worker failed to enforce its own deadline: replace it, report infra fault
             worker.close()
         pending.event.wait(max(0.0, deadline + HOST_GRACE_S - time.monotonic()))
@@ -253,42 +262,30 @@ class Sandbox:
         self.close()
 
 
-def _check_inputs(code, files, limits: Limits) -> str:
-    if not isinstance(code, str):
-        return f"code must be a str, got {type(code).__name__}"
-    total = len(code.encode())
-    for name, data in (files or {}).items():
-        parts = str(name).split("/")
-        if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            return f"file path {name!r} must be relative, without '.', '..' or empty parts"
-        if not isinstance(data, (str, bytes)):
-            return f"file {name!r} must be str or bytes, got {type(data).__name__}"
-        total += len(data.encode() if isinstance(data, str) else data)
-    if total > limits.disk_bytes:
-        return f"code and files are {total} bytes, more than Limits.disk_bytes={limits.disk_bytes}"
-    return ""
-
-
-def _encode_files(files: Mapping[str, str | bytes]) -> dict:
-    return {name: ("text", data) if isinstance(data, str) else ("b64", base64.b64encode(data).decode())
-            for name, data in files.items()}
-
-
-def _collect(out_r: int, err_r: int, cap: int, deadline: float, kill) -> tuple[list[bytearray], list[bool], bool]:
-    """Read both pipes to EOF, keeping `cap` bytes of each; kill the call on overflow."""
+def _collect(out_r: int, err_r: int, cap: int, deadline: float, kill, done: threading.Event
+             ) -> tuple[list[bytearray], list[bool], bool]:
+    """Read both pipes, keeping `cap` bytes of each and killing the call on overflow, until both
+    reach EOF or the call's result message has arrived (`done`): then what is already in the
+    pipes is drained and reading stops. A program that keeps the write ends alive past its own
+    end (an unreachable SCM_RIGHTS cycle) so costs nothing but itself."""
     bufs, overflow = [bytearray(), bytearray()], [False, False]
     index = {out_r: 0, err_r: 1}
     poller = select.poll()
     for fd in index:
         poller.register(fd, select.POLLIN)
-    open_fds, stuck = 2, False
+    open_fds, stuck, draining = 2, False, False
     try:
         while open_fds:
             left = deadline - time.monotonic()
             if left <= 0:
-                stuck = True
+                stuck = not done.is_set()
                 break
-            for fd, _ in poller.poll(left * 1000):
+            if not draining and done.is_set():
+                draining = True
+            events = poller.poll(0 if draining else min(left, RESULT_CHECK_S) * 1000)
+            if draining and not events:
+                break
+            for fd, _ in events:
                 chunk = os.read(fd, 1 << 16)
                 idx = index[fd]
                 if not chunk:
@@ -313,18 +310,27 @@ def _classify(r: dict, streams, overflow, limits: Limits, host_wall: float, oom:
     out, err = (b.decode("utf-8", errors="replace") for b in streams)
     common = dict(stdout=out, stderr=err, stdout_truncated=overflow[0], stderr_truncated=overflow[1],
                   wall_s=float(r.get("wall_s", host_wall)), cpu_s=float(r.get("cpu_s", 0.0)),
-                  max_rss_bytes=int(r.get("max_rss_bytes", 0)))
+                  max_rss_bytes=int(r.get("max_rss_bytes", 0)), memory_peak_bytes=int(r.get("memory_peak_bytes", 0)))
+    call_cap = limits.memory_bytes + limits.disk_bytes
     ws = r.get("wait_status")
     exit_code = os.waitstatus_to_exitcode(ws) if ws is not None else None
     if any(overflow):
         which = " and ".join(n for n, o in zip(("stdout", "stderr"), overflow) if o)
         return ExecResult(Status.OUTPUT_LIMIT, exit_code, reason=f"{which} exceeded {limits.output_bytes} bytes; killed", **common)
+    if r.get("status") == "memory":
+        return ExecResult(Status.MEMORY, None, reason=f"OOM-killed at the call's memory cap of {call_cap} bytes "
+                          "(memory_bytes + disk_bytes)", **common)
     if r.get("status") == "crash" or (ws is None and r.get("status") != "timeout"):
         return ExecResult(Status.CRASH, None, reason=r.get("reason", "the sandbox failed"), **common)
     if r.get("timed_out") or r.get("status") == "timeout":
         return ExecResult(Status.TIMEOUT, exit_code, reason=f"wall-clock limit of {limits.wall_s:g} s reached; process tree killed", **common)
     if exit_code == -signal.SIGKILL and oom:
         return ExecResult(Status.MEMORY, exit_code, reason="OOM-killed at the sandbox's total memory cap", **common)
+    if exit_code == -signal.SIGKILL and r.get("oom_kills") and common["memory_peak_bytes"] < call_cap - (8 << 20):
+        return ExecResult(Status.MEMORY, exit_code, reason="OOM-killed at the sandbox's total memory cap", **common)
+    if exit_code == -signal.SIGKILL and r.get("oom_kills"):
+        return ExecResult(Status.MEMORY, exit_code, reason=f"OOM-killed at the call's memory cap of {call_cap} bytes "
+                          "(memory_bytes + disk_bytes)", **common)
     if exit_code is not None and exit_code < 0:
         sig = -exit_code
         if sig == signal.SIGXCPU or (sig == signal.SIGKILL and common["cpu_s"] >= limits.cpu_s):

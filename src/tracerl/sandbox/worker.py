@@ -34,6 +34,7 @@ def zygote_source() -> str:
 
 MAX_PIDS = 4096  # processes of all of one worker's calls together, where cgroups allow a cap
 INLINE_PAYLOAD = 48 * 1024  # payloads up to this size ride in the control message itself
+CALL_GROUPS_MOUNT = "/sandbox-cgroup"  # where the worker sees its memory group; hidden from programs
 
 
 class WorkerDied(RuntimeError):
@@ -60,21 +61,25 @@ class Worker:
         self._sock = host
         source_fd = _memfd("tracerl-zygote", zygote_source().encode())
         config = {"ctrl_fd": child.fileno(), "namespaces": plan.level == "full",
-                  "workbase": plan.workbase, "preload": list(PRELOAD) if warm else [], "probe": warm}
+                  "workbase": plan.workbase, "preload": list(PRELOAD) if warm else [], "probe": warm,
+                  "cgroup": None, "cgroup_version": 1}
         bootstrap = (f"import os; exec(compile(os.pread({source_fd}, 1 << 20, 0), 'tracerl-sandbox-worker', 'exec'))")
-        argv = [*plan.argv, bootstrap, json.dumps(config)]
-        kwargs = {}
+        argv = list(plan.argv)
         self.group = None
         if total_memory_bytes and plan.level == "full" and plan.run_as is not None and cgroups.available()[0]:
             try:
-                self.group = cgroups.WorkerGroup(total_memory_bytes, MAX_PIDS)
+                self.group = cgroups.WorkerGroup(total_memory_bytes, MAX_PIDS, owner=plan.run_as)
             except OSError:
                 self.group = None
-        if self.group is not None:  # join the groups as root, then drop to the sandbox user
-            argv = [plan.python, "-I", "-S", "-c", cgroups.JOIN_AND_DROP, str(plan.run_as),
-                    ":".join(self.group.procs_files), *argv]
-        elif plan.run_as is not None:
-            kwargs = {"user": plan.run_as, "group": plan.run_as, "extra_groups": []}
+        if self.group is not None:  # the worker makes one memory group per call below its own
+            config["cgroup"] = CALL_GROUPS_MOUNT
+            at = argv.index("--remount-ro")
+            argv[at:at] = ["--bind", self.group.memory_dir, CALL_GROUPS_MOUNT]
+        argv += [bootstrap, json.dumps(config)]
+        if plan.run_as is not None:  # as root: OOM score floor, join the groups, drop to the sandbox user
+            files = ":".join(self.group.procs_files) if self.group is not None else ""
+            argv = [plan.python, "-I", "-S", "-c", cgroups.JOIN_AND_DROP, str(plan.run_as), files, *argv]
+        kwargs = {}
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
         self._log = tempfile.TemporaryFile(prefix="tracerl-sandbox-worker-")
         try:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +97,49 @@ class RunDir:
             return []
         return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
 
-    def latest_checkpoint(self) -> Path | None:
-        steps = sorted(self.checkpoints.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
-        return steps[-1] if steps else None
+    def latest_checkpoint(self, *, say=None) -> Path | None:
+        """The newest complete checkpoint (`step_N` with a manifest whose files all match). Each
+        newer folder passed over is named with the reason, through `say` (default: stderr), and
+        kept in `self.skipped_checkpoints`; interrupted writes (.tmp-*) are ignored."""
+        from tracerl.train.checkpoint import verify_checkpoint
+
+        say = say or (lambda msg: print(msg, file=sys.stderr))
+        self.skipped_checkpoints: list[tuple[str, str]] = []
+        found = []
+        for p in self.checkpoints.iterdir() if self.checkpoints.is_dir() else []:
+            m = re.fullmatch(r"step_(\d{1,12})", p.name)
+            if m and p.is_dir():
+                found.append((int(m.group(1)), p))
+            elif not p.name.startswith((".tmp-", ".old-")):
+                self.skipped_checkpoints.append((p.name, "not a checkpoint folder named step_N"))
+        for _, p in sorted(found, reverse=True):
+            why = verify_checkpoint(p)
+            if not why:
+                for name, reason in self.skipped_checkpoints:
+                    say(f"skipped checkpoint {name}: {reason}")
+                return p
+            self.skipped_checkpoints.append((p.name, why))
+        for name, reason in self.skipped_checkpoints:
+            say(f"skipped checkpoint {name}: {reason}")
+        return None
+
+    def marks(self) -> dict[str, int]:
+        """The store's row marks plus the length of metrics.jsonl: what a checkpoint records."""
+        marks = self.store.marks()
+        marks["metrics_jsonl_bytes"] = self.metrics_path.stat().st_size if self.metrics_path.exists() else 0
+        return marks
+
+    def rollback(self, marks: dict[str, int] | None) -> dict[str, int]:
+        """Put the store and metrics.jsonl back to `marks` (from the checkpoint a run resumes
+        from): whatever a killed step wrote after it is removed, so the redone step replaces it."""
+        if not marks:
+            return {}
+        removed = self.store.rollback(marks)
+        size = int(marks.get("metrics_jsonl_bytes", 0))
+        if self.metrics_path.exists() and self.metrics_path.stat().st_size > size:
+            removed["metrics_jsonl_bytes"] = self.metrics_path.stat().st_size - size
+            with self.metrics_path.open("r+b") as f:
+                f.truncate(size)
+                f.flush()
+                os.fsync(f.fileno())
+        return removed

@@ -6,6 +6,7 @@ back bit-for-bit. Every trajectory is validated against the contract before it i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import threading
@@ -15,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.contract import Trajectory, validate
-from tracerl.contract.serialize import from_dict, metadata_dict, pack_arrays, unpack_arrays
+from tracerl.contract.trajectory import Span
+from tracerl.contract.serialize import from_dict, pack_arrays, unpack_arrays
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS trajectories (
@@ -58,6 +60,21 @@ CREATE TABLE IF NOT EXISTS events (
 );
 """
 
+TABLES = ("trajectories", "spans", "metrics", "events")
+_META_FIELDS = tuple(f.name for f in dataclasses.fields(Trajectory)
+                     if f.name not in ("token_ids", "roles", "behavior_logprobs", "policy_versions", "spans"))
+_SPAN_FIELDS = tuple(f.name for f in dataclasses.fields(Span))
+
+
+def _meta_json(t: Trajectory) -> str:
+    """The trajectory's metadata as JSON, read field by field (no `dataclasses.asdict`, which deep-
+    copies every per-token list only for them to be dropped); equal to contract.metadata_dict."""
+    d = {name: getattr(t, name) for name in _META_FIELDS}
+    d["terminal_reason"] = t.terminal_reason.value if t.terminal_reason else None
+    d["spans"] = [{name: getattr(sp, name) for name in _SPAN_FIELDS} for sp in t.spans]
+    return json.dumps(d)
+
+
 _SPAN_COLS = ("span_id", "parent_span_id", "kind", "start", "end", "tool_name", "tool_request",
               "tool_status", "tool_latency_s", "tool_response_sha256", "state_hash", "sampled_ids_sha256")
 
@@ -91,7 +108,7 @@ class Store:
             blobs = pack_arrays(t)
             rows.append((t.trajectory_id, stage, step, t.group_id, t.task_id, t.split, t.env_name,
                          t.reward, t.terminal_reason.value, int(t.truncated), len(t),
-                         t.num_action_tokens, json.dumps(metadata_dict(t)), blobs["token_ids"],
+                         t.num_action_tokens, _meta_json(t), blobs["token_ids"],
                          blobs["roles"], blobs["behavior_logprobs"], blobs["policy_versions"]))
             for s in t.spans:
                 span_rows.append((t.trajectory_id, *(getattr(s, c) for c in _SPAN_COLS)))
@@ -101,6 +118,32 @@ class Store:
             self._db.executemany(f"INSERT INTO spans VALUES ({','.join('?' * 13)})", span_rows)
             self._db.execute("COMMIT")
         return len(rows)
+
+    def marks(self) -> dict[str, int]:
+        """The last row of every table now: what a checkpoint records, so that a resume can roll
+        the store back to this moment (`rollback`) and a redone step replaces, never duplicates."""
+        with self._lock:
+            return {t: int(self._db.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {t}").fetchone()[0]) for t in TABLES}
+
+    def rollback(self, marks: dict[str, int]) -> dict[str, int]:
+        """Delete every row written after `marks`, in one transaction; returns the rows removed per table."""
+        removed = {}
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for table in TABLES:
+                    cur = self._db.execute(f"DELETE FROM {table} WHERE rowid > ?", (int(marks.get(table, 0)),))
+                    removed[table] = cur.rowcount
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return removed
+
+    def integrity(self) -> str:
+        """SQLite's own `PRAGMA integrity_check` ("ok" when the file is sound)."""
+        with self._lock:
+            return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
 
     def add_metrics(self, metrics: dict[str, float], *, stage: str, step: int) -> None:
         now = time.time()

@@ -81,6 +81,8 @@ def _jsonl_rows(data: bytes, location: str) -> Iterable[tuple[int, Any]]:
             yield number, json.loads(text)
         except json.JSONDecodeError as err:
             yield number, RowError(location, number, f"not valid JSON ({err.msg} at column {err.colno})")
+        except RecursionError:
+            yield number, RowError(location, number, "JSON nested too deeply to read; flatten the row")
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -208,3 +210,19 @@ def load_source(cfg: TaskSourceConfig) -> LoadedSource:
 def load_task_file(path: str, **overrides: Any) -> LoadedSource:
     """Load one task file or saved dataset directory, inferring its kind from the path."""
     return load_source(TaskSourceConfig(path=path, **overrides))
+
+
+def require_tasks(loaded: LoadedSource) -> LoadedSource:
+    """`loaded`, or a UserError when it holds no valid task (an empty file, or every row bad)."""
+    if not loaded.tasks:
+        first = f"; first problem: {loaded.errors[0]}" if loaded.errors else ""
+        raise UserError(f"task source {loaded.location!r} has no valid task ({len(loaded.errors)} bad rows{first}); "
+                        "fix the rows (`tracerl tasks check` lists them) or remove the source")
+    return loaded
+
+
+def check_sources(sources: list[TaskSourceConfig]) -> None:
+    """Load every configured source once before a run starts, so that a missing, empty or wholly
+    bad task file stops it with one sentence before anything is written."""
+    for cfg in sources:
+        require_tasks(load_source(cfg))

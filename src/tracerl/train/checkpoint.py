@@ -1,8 +1,22 @@
-"""Checkpoints: the model and tokenizer in Hugging Face format plus `trainer_state.pt`."""
+"""Checkpoints: the model and tokenizer in Hugging Face format plus `trainer_state.pt`, written
+atomically and verifiable.
+
+A checkpoint is written into a temporary directory beside its final place, every file is
+fsynced, a `MANIFEST.json` listing every file with its size and SHA-256 is written last, and the
+directory is renamed into place (then its parent fsynced). A kill at any moment leaves either
+the previous state or a complete checkpoint; a half-written one is never named `step_N`, and
+`verify_checkpoint` tells a complete one from anything else (a hand-made or damaged folder).
+The manifest also carries the store's marks at that moment (see `Store.marks`), so a resume
+can roll the store back to exactly what it held when the checkpoint was taken.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,23 +24,102 @@ import torch
 from safetensors.torch import load_model, save_model
 
 REFERENCE_FILE = "reference.safetensors"
+MANIFEST = "MANIFEST.json"
+FORMAT = 1
 
 
-def save_checkpoint(path: Path, model, tokenizer, *, state: dict[str, Any], reference=None) -> Path:
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(path: Path, model, tokenizer, *, state: dict[str, Any], reference=None,
+                    marks: dict[str, int] | None = None) -> Path:
     """Write `path/` loadable by AutoModelForCausalLM / AutoTokenizer, and the trainer state.
 
-    `reference` (the frozen KL reference policy, when there is one) is saved beside the weights.
+    `reference` (the frozen KL reference policy, when there is one) is saved beside the weights;
+    `marks` (the store's row marks) go into the manifest. An existing `path` is replaced.
     """
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path, safe_serialization=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".tmp-{path.name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    model.save_pretrained(tmp, safe_serialization=True)
     if reference is not None:
-        save_model(reference, str(path / REFERENCE_FILE))
-    tokenizer.save_pretrained(path)
+        save_model(reference, str(tmp / REFERENCE_FILE))
+    tokenizer.save_pretrained(tmp)
     full = dict(state)
     full["torch_rng"] = torch.get_rng_state()
     full["python_rng"] = random.getstate()
-    torch.save(full, path / "trainer_state.pt")
+    torch.save(full, tmp / "trainer_state.pt")
+    files = {}
+    for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
+        _fsync(file)
+        files[file.relative_to(tmp).as_posix()] = {"bytes": file.stat().st_size, "sha256": _sha256(file)}
+    manifest = {"format": FORMAT, "stage": state.get("stage"), "step": state.get("step"), "files": files,
+                "store_marks": marks}
+    with (tmp / MANIFEST).open("w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync(tmp)
+    old = None
+    if path.exists():  # the same step saved twice (a gate trip and the schedule): keep the newer
+        old = path.parent / f".old-{path.name}-{os.getpid()}"
+        os.rename(path, old)
+    os.rename(tmp, path)
+    _fsync(path.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def verify_checkpoint(path: Path) -> str:
+    """Empty when `path` is a complete checkpoint (manifest present, every file listed there with
+    its size and hash, the trainer state among them); else one sentence saying what is wrong."""
+    path = Path(path)
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        return f"no {MANIFEST} (an interrupted write, or a folder tracerl did not write)"
+    except (OSError, ValueError) as exc:
+        return f"{MANIFEST} is unreadable ({exc})"
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or "trainer_state.pt" not in files:
+        return f"{MANIFEST} does not list trainer_state.pt"
+    for rel, want in files.items():
+        file = path / rel
+        try:
+            size = file.stat().st_size
+        except OSError:
+            return f"{rel} is missing"
+        if not isinstance(want, dict) or size != want.get("bytes"):
+            return f"{rel} has {size} bytes, the manifest says {want.get('bytes') if isinstance(want, dict) else '?'}"
+        if _sha256(file) != want.get("sha256"):
+            return f"{rel} does not match its SHA-256 in the manifest (damaged)"
+    return ""
+
+
+def checkpoint_marks(path: Path) -> dict[str, int] | None:
+    """The store marks recorded when checkpoint `path` was written (None for none)."""
+    try:
+        marks = json.loads((Path(path) / MANIFEST).read_text()).get("store_marks")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return marks if isinstance(marks, dict) else None
 
 
 def load_trainer_state(path: Path) -> dict[str, Any]:

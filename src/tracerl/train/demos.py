@@ -11,7 +11,7 @@ import dataclasses
 import inspect
 import random
 
-from tracerl.contract.roles import TokenRole
+from tracerl.contract.roles import TerminalReason, TokenRole
 from tracerl.envs.base import EnvSpec, Message
 from tracerl.rollout.render import encode_observation, render_prompt
 from tracerl.tasks.task import Task
@@ -35,15 +35,18 @@ def collect_demos(spec: EnvSpec, tasks: list[Task], *, seed: int, max_turns: int
         env = spec.make()
         messages = env.reset(task, seed + i)
         turns, observations, reward = [], [], 0.0
+        ended = False
         for _ in range(max_turns):
             action = spec.expert(task, observations, rng, **kwargs)
             step = env.step(action)
             turns.append((action, None if step.terminated else step.observation))
             if step.terminated:
+                ended = step.terminal_reason != TerminalReason.INFRA_FAILURE
                 reward = sum(spec.reward_weights.get(k, 0.0) * v for k, v in step.reward_components.items())
                 break
             observations.append(step.observation or "")
-        demos.append(Demo(task, messages, turns, reward))
+        if ended:  # a truncated or infrastructure-failed episode is no demonstration
+            demos.append(Demo(task, messages, turns, reward))
     return demos
 
 

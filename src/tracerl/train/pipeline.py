@@ -29,7 +29,8 @@ from tracerl.tasks import build_pool
 from tracerl.tasks.attempts import engine_attempt_fn
 from tracerl.tasks.task import tasks_sha256
 from tracerl.telemetry import MetricLoggers
-from tracerl.train.checkpoint import freeze, load_reference, load_trainer_state, save_checkpoint
+from tracerl.faults import wrap_spec
+from tracerl.train.checkpoint import checkpoint_marks, freeze, load_reference, load_trainer_state, save_checkpoint
 from tracerl.train.demos import collect_demos, demo_texts, tokenize_demo
 from tracerl.train.rl import RLState, train_rl
 from tracerl.train.sft import train_sft
@@ -74,12 +75,13 @@ def expert_kwargs(recipe: Recipe) -> dict:
 
 def _resume_point(run: RunDir, recipe: Recipe) -> tuple[Path, dict, list[str]]:
     """The latest checkpoint, its trainer state, and the stages still to run from it."""
-    ckpt = run.latest_checkpoint()
+    ckpt = run.latest_checkpoint(say=_say)
     if ckpt is None:
-        raise UserError(f"{run.path} has no checkpoint to resume from; start it again with `tracerl train`")
+        raise UserError(f"{run.path} has no complete checkpoint to resume from; start it again with `tracerl train`")
     state = load_trainer_state(ckpt)
     if state.get("stage") != "rl" or "rl" not in recipe.stages:
         raise UserError(f"the latest checkpoint of {run.path} is not inside an RL stage; nothing to resume")
+    run.rollback(checkpoint_marks(ckpt))  # what a killed step wrote after this checkpoint goes
     rest = recipe.stages[recipe.stages.index("rl"):]
     if state["step"] >= recipe.rl.steps:
         rest = rest[1:]
@@ -109,7 +111,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     config_yaml = yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)
     run.config_path.write_text(config_yaml)
 
-    spec = get_env(recipe.env.name)
+    spec = wrap_spec(get_env(recipe.env.name), recipe.faults)  # faults: injected at the rates the recipe sets
     seed = recipe.run.seed
     # the recipe's task pool before any profile-based filter: SFT demonstrations and the manifest use it;
     # each RL stage builds its own pool from it (stages.build_stage_tasks)
@@ -182,7 +184,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
 
     def on_ckpt(step: int, state: RLState) -> None:
         save_checkpoint(run.checkpoints / f"step_{step}", model, tokenizer, state={"stage": "rl", **state.as_dict()},
-                        reference=reference["model"])
+                        reference=reference["model"], marks=run.marks())
 
     loggers = MetricLoggers(run, recipe.loggers, hparams=recipe.model_dump(mode="json"))
     log_sft = lambda m, s: loggers.log(m, stage="sft", step=s)  # noqa: E731

@@ -1,8 +1,8 @@
 """Symbolic math equivalence: exact fast paths first, then sympy in killable, memory-capped workers.
 
 Order of checks for `equivalent(answer, reference)`:
-  1. both plain numbers (integers, decimals, fractions, \\frac{a}{b}, percentages): exact rational
-     comparison with a relative tolerance, in this process (microseconds);
+  1. both plain numbers (integers, decimals, fractions, \\frac{a}{b}, percentages): two integers
+     compare exactly; otherwise exact rationals within a relative tolerance, in this process;
   2. identical after normalization;
   3. both parsed and validated by `mathexpr` (no eval; power towers, huge exponents and the like
      refused in microseconds), then sent to a persistent sympy worker with a deadline. A worker
@@ -192,6 +192,8 @@ class MathEquivalence:
         b_num, _ = parse_number(reference)
         if a_num is not None and b_num is not None:
             self.stats["number"] += 1
+            if a_num.denominator == 1 and b_num.denominator == 1:  # integers: exactly, never "close"
+                return Equivalence(a_num == b_num, "" if a_num == b_num else "different integers", "number")
             close = abs(a_num - b_num) <= self.rel_tol * max(1, abs(b_num))
             return Equivalence(bool(close), "" if close else "different numbers", "number")
         if normalize_text(answer) == normalize_text(reference):

@@ -23,6 +23,10 @@ FUNCTIONS = {"sqrt", "sin", "cos", "tan", "cot", "sec", "csc", "asin", "acos", "
              "tanh", "log", "ln", "exp", "abs", "factorial", "binomial", "gcd", "lcm", "floor", "ceiling"}
 CONSTANTS = {"pi", "e", "i", "oo"}
 
+# Words that join alternatives: "2 \text{ or } 3" must not become the product 2 * 3.
+_HEDGE = re.compile(r"(?<![A-Za-z])(?:or|and|either|nor|maybe|possibly|perhaps|otherwise|else|vs|versus)(?![A-Za-z])|\\(?:lor|vee|pm|mp)(?![A-Za-z])|±|∓|∨",
+                    re.IGNORECASE)
+
 _LATEX_SIMPLE = [
     (r"\\left|\\right|\\displaystyle|\\!|\\,|\\;|\\:|\\quad|\\qquad", " "),
     (r"\\cdot|\\times", "*"), (r"\\div", "/"), (r"\\pi\b", "pi"), (r"\\infty", "oo"),
@@ -75,7 +79,9 @@ def latex_to_plain(s: str) -> str:
             i += 5
             root = None
             if i < len(s) and s[i] == "[":
-                end = s.index("]", i)
+                end = s.find("]", i)
+                if end < 0:
+                    raise ExprError("\\sqrt[ has no closing ]")
                 root, i = s[i + 1:end], end + 1
             arg, i = _brace_arg(s, i)
             arg = latex_to_plain(arg)
@@ -139,6 +145,9 @@ def to_python(answer: str) -> str:
     """The answer as a validated Python-syntax expression; raises ExprError with the reason."""
     if len(answer) > MAX_CHARS:
         raise ExprError(f"expression is {len(answer)} characters, more than {MAX_CHARS}")
+    hedge = _HEDGE.search(answer)
+    if hedge:
+        raise ExprError(f"a hedged answer ({hedge.group(0)!r}) is not one value")
     plain = latex_to_plain(answer)
     if plain.count("=") == 1:  # 'x = 3' answers with its right-hand side
         lhs, rhs = plain.split("=")

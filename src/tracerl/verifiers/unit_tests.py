@@ -100,8 +100,11 @@ class UnitTestVerifier:
         if report is None or report.get("nonce") != nonce:
             return rejected(self.components, "the grader did not finish: no nonce line after the last test "
                             "(the program exited early, killed the grader, or forged output)", **raw)
+        results = report.get("results")
+        if not (isinstance(results, list) and len(results) == len(tests) and all(isinstance(r, dict) for r in results)):
+            return rejected(self.components, "the grader's report does not hold one result per test", **raw)
         verdicts = []
-        for test, result in zip(tests, report["results"]):
+        for test, result in zip(tests, results):
             if not result.get("ran"):
                 verdicts.append({"passed": False, "reason": result.get("error", "did not run")})
             elif "expr" in test:

@@ -1,6 +1,8 @@
 """`math_tool`: arithmetic word problems with a Python tool."""
 
+from tracerl.envs import _audit
 from tracerl.envs.base import EnvSpec, register_env
+from tracerl.envs.math_tool.audit import audit_cases
 from tracerl.envs.math_tool.env import REVISION, MathToolEnv, check_answer, expert
 from tracerl.envs.math_tool.generator import generate
 
@@ -17,4 +19,6 @@ SPEC = register_env(EnvSpec(
     description="Arithmetic word problems (1-4 operations) with a sandboxed Python tool.",
 ))
 
-__all__ = ["SPEC", "MathToolEnv", "check_answer", "expert", "generate"]
+audit = _audit.register(SPEC, audit_cases)  # `tracerl audit math_tool`: (verifier, cases)
+
+__all__ = ["SPEC", "audit_cases", "MathToolEnv", "check_answer", "expert", "generate"]

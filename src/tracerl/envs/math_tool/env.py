@@ -20,7 +20,7 @@ from tracerl.tasks.task import Task
 SYSTEM = "Use <code> to compute. Give the number in <answer>."
 TAGS = ("code", "answer")
 REVISION = "math_tool-env-1"
-_INT = re.compile(r"-?\d{1,12}")
+_INT = re.compile(r"-?\d{1,12}", re.ASCII)  # ASCII digits only: int() also reads other scripts
 
 
 def check_answer(body: str, expected: str) -> float:

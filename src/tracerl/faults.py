@@ -1,0 +1,137 @@
+"""Fault injection (`faults:` in a recipe): tool crashes, hangs, slow calls, garbage output,
+environment exceptions and verifier errors, at given rates, for tests and benchmarks.
+
+`wrap_spec(spec, cfg)` returns the environment spec with every env it makes wrapped in
+`FaultyEnv`. A wrapped step draws at most one fault from a generator seeded by (faults.seed,
+task id, reset seed), so a run's faults are reproducible. Every injected fault, and every
+exception the real environment raises, ends the episode as `infra_failure` with
+`info["fault"]` naming the kind (stored in the trajectory's verifier_output, so faults are
+counted by kind from the store): never rewarded (the agent loop zeroes an infra_failure's
+components), never a demonstration (SFT keeps only episodes that ended on their own), and left
+out of the group baseline by the trainer. A slow call is not a failure: it costs `slow_s` and the
+step goes on; it is counted as `info["fault_slow"]`.
+
+Not injected here: engine errors (the Engine protocol has no per-row failure for the loop to
+survive yet; see docs/faults in the issue notes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tracerl.contract.roles import TerminalReason
+from tracerl.envs.base import EnvSpec, Step
+
+KINDS = ("tool_crash", "tool_hang", "garbage_output", "env_exception", "verifier_error")
+
+
+class InjectedFault(RuntimeError):
+    """Raised inside a wrapped step for `env_exception`; caught and labelled like a real one."""
+
+
+class FaultsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    tool_crash: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability that a step with a tool call fails as an infrastructure crash."""
+    tool_hang: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability that a step hangs until its per-call timeout (`hang_s`), then fails."""
+    slow_call: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability that a step takes `slow_s` longer but succeeds."""
+    garbage_output: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability that a tool returns noise instead of its output (detected, labelled a fault)."""
+    env_exception: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability that the environment's step raises."""
+    verifier_error: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability that the reward of a finishing step cannot be computed."""
+    hang_s: float = Field(0.5, gt=0.0, le=600.0)
+    """The per-call timeout a hang runs into (seconds)."""
+    slow_s: float = Field(0.05, ge=0.0, le=600.0)
+    """Extra seconds of a slow call."""
+    seed: int = Field(0, ge=0)
+    """Seed of the fault draws (with the task id and reset seed)."""
+
+    @property
+    def active(self) -> bool:
+        return any(getattr(self, k) > 0 for k in (*KINDS, "slow_call"))
+
+
+class FaultyEnv:
+    """An environment whose steps fail at the configured rates, and whose own exceptions are
+    labelled `infra_failure` instead of ending the run."""
+
+    def __init__(self, inner, cfg: FaultsConfig) -> None:
+        self.inner, self.cfg = inner, cfg
+        self.name, self.revision = inner.name, inner.revision
+        self.rng = random.Random(0)
+
+    def reset(self, task, seed: int):
+        self.rng = random.Random(f"{self.cfg.seed}:{getattr(task, 'id', '')}:{seed}")
+        return self.inner.reset(task, seed)
+
+    def state_hash(self) -> str:
+        return self.inner.state_hash()
+
+    def _draw(self) -> str | None:
+        x, edge = self.rng.random(), 0.0
+        for kind in KINDS:
+            edge += getattr(self.cfg, kind)
+            if x < edge:
+                return kind
+        return None
+
+    def step(self, action_text: str) -> Step:
+        kind = self._draw()
+        slow = self.rng.random() < self.cfg.slow_call
+        if slow:
+            time.sleep(self.cfg.slow_s)
+        try:
+            if kind == "tool_hang":
+                time.sleep(self.cfg.hang_s)  # the call's own timeout ends it
+                return _fault(kind, f"the tool call hung past its {self.cfg.hang_s:g} s timeout")
+            if kind == "tool_crash":
+                return _fault(kind, "the tool's sandbox crashed (injected)")
+            if kind == "env_exception":
+                raise InjectedFault("the environment raised (injected)")
+            step = self.inner.step(action_text)
+        except Exception as exc:  # noqa: BLE001 - an env's exception is an infrastructure fault, not the policy's
+            return _fault(kind or "env_exception", f"{type(exc).__name__}: {str(exc)[:200]}")
+        if kind == "garbage_output" and step.observation is not None and not step.terminated:
+            return _fault(kind, "the tool returned noise instead of its output")
+        if kind == "verifier_error" and step.terminated:
+            return _fault(kind, "the verifier failed while scoring (injected)")
+        if slow:
+            step = dataclasses.replace(step, info={**(step.info or {}), "fault_slow": True})
+        return step
+
+
+def _fault(kind: str, why: str) -> Step:
+    return Step(terminated=True, terminal_reason=TerminalReason.INFRA_FAILURE,
+                info={"fault": kind, "tool_status": "crash", "error": why})
+
+
+def wrap_spec(spec: EnvSpec, cfg: FaultsConfig | None) -> EnvSpec:
+    """`spec` itself when no fault is configured; else the same spec making `FaultyEnv`s."""
+    if cfg is None or not cfg.active:
+        return spec
+    make = spec.make
+
+    def make_faulty(*args: Any, **kwargs: Any) -> FaultyEnv:
+        return FaultyEnv(make(*args, **kwargs), cfg)
+
+    return dataclasses.replace(spec, make=make_faulty)
+
+
+def count_faults(trajectories) -> dict[str, int]:
+    """Infra-failure episodes by fault kind (`unlabelled` for infra failures of other origin)."""
+    counts: dict[str, int] = {}
+    for t in trajectories:
+        if t.terminal_reason == TerminalReason.INFRA_FAILURE:
+            kind = str((t.verifier_output or {}).get("fault", "unlabelled"))
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
