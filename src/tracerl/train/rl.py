@@ -27,6 +27,7 @@ from tracerl.tasks import Sampler, next_groups
 from tracerl.telemetry import GateMonitor, GateTripped, step_metrics
 from tracerl.telemetry.exploration import tag_classifier, tokenizer_pieces
 from tracerl.train.audits import AuditReplay, ProbeReplay
+from tracerl.train.aux_roles import AUX_ROLES, build_aux_roles
 from tracerl.train.roles import FrozenRole, PolicyRole, Roles
 from tracerl.train.update import rl_update
 
@@ -75,8 +76,9 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
     sampling = recipe.sampling.model_dump()
     roles = Roles(PolicyRole(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=sampling,
                              state=(state.roles_state or {}).get("policy")),
-                  FrozenRole(reference, temperature=recipe.sampling.temperature) if reference is not None else None)
-    missing = algo.roles() - {"policy"} - ({"reference"} if reference is not None else set())
+                  FrozenRole(reference, temperature=recipe.sampling.temperature) if reference is not None else None,
+                  build_aux_roles(recipe, model, state.roles_state))
+    missing = algo.roles() - {"policy", *AUX_ROLES} - ({"reference"} if reference is not None else set())
     if missing:
         raise ValueError(f"algorithm {algo.name!r} needs the {', '.join(sorted(missing))} role(s), which the trainer did not get")
     astate = AlgorithmState(algo, seed=recipe.run.seed * 7_919 + stage_index)
@@ -141,7 +143,7 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
             ent = [entropy[t.trajectory_id] for t in trajs]
             rollout_entropy = sum(map(sum, ent)) / max(1, sum(map(len, ent)))
             ctx = StepContext(max_tokens=recipe.env.max_tokens, entropy_coef=astate.entropy_coef(algo, rollout_entropy),
-                              generator=astate.generator)
+                              generator=astate.generator, step=state.step)
             batch = collate(trajs, pad_id=tokenizer.pad_token_id, truncation=cfg.truncation,
                             truncation_penalty=cfg.truncation_penalty)
             rewards, shaping = algo.shape_rewards(batch, trajs, ctx)

@@ -103,8 +103,9 @@ class FrozenRole:
 class Roles:
     """The roles of one RL stage, and the per-token tensors an algorithm asks of them."""
 
-    def __init__(self, policy: PolicyRole, reference: FrozenRole | None = None):
+    def __init__(self, policy: PolicyRole, reference: FrozenRole | None = None, aux: dict | None = None):
         self.policy, self.reference = policy, reference
+        self.aux = aux or {}  # critic, prm, teacher/<name> (`train/aux_roles.py`)
 
     @torch.no_grad()
     def scores(self, batch: Batch, needs: set[str]) -> dict[str, torch.Tensor]:
@@ -116,7 +117,15 @@ class Roles:
         if "proximal" in needs:  # the policy as it is before this update: the trust-region centre
             self.policy.model.eval()
             out["proximal"] = self.policy.score(batch).logprobs_BT
+        for role in self.aux.values():
+            if needs & role.provides:
+                out |= role.scores(batch, needs)
         return out
 
+    def warming_up(self, step: int) -> bool:
+        """True while an auxiliary role is still in its pretraining steps (the policy is not updated)."""
+        return any(step < r.warmup_steps for r in self.aux.values())
+
     def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict()}
+        return {"policy": self.policy.state_dict(),
+                **{n: r.trained.state_dict() for n, r in self.aux.items() if hasattr(r, "trained")}}

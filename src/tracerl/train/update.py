@@ -30,13 +30,22 @@ def rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: torch.Tens
 
     Returns the step's stats (without "updates" when no step was taken) and the advantages `adv_BT`.
     """
-    scores = roles.scores(batch, algo.needs())
-    adv_BT, stats = algo.advantages(batch, rewards_B, scores)
+    needs, trained = algo.needs(), algo.trained_roles()
     mask = batch.mask_BT
     eligible = (batch.weight_B > 0) & (mask.sum(dim=1) > 0)
+    late = {p for n, ph in trained.items() if ph == "before" for p in roles.aux[n].provides}
+    scores = roles.scores(batch, needs - late)
+    out_stats: dict[str, float] = {}
+    for name in (n for n, ph in trained.items() if ph == "before"):  # e.g. PRIME's PRM, on these rollouts
+        out_stats |= train_role(algo, roles, name, batch, rewards_B, scores, eligible, minibatches, ctx)
+    if late:
+        scores |= roles.scores(batch, needs & late)
+    adv_BT, stats = algo.advantages(batch, rewards_B, scores)
+    out_stats |= stats
+    for name in (n for n, ph in trained.items() if ph == "after"):  # e.g. the critic, after its old values were used
+        out_stats |= train_role(algo, roles, name, batch, rewards_B, scores, eligible, minibatches, ctx)
     rows = eligible & ((adv_BT != 0).any(dim=1) | algo.every_row)
-    out_stats: dict[str, float] = dict(stats)
-    if not rows.any():
+    if not rows.any() or roles.warming_up(ctx.step):
         return out_stats, adv_BT
     full_tokens, full_rows = float(mask.sum()), float(eligible.sum())
     keep = rows.nonzero().flatten()
@@ -67,3 +76,28 @@ def rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: torch.Tens
     out_stats |= {k: float(v) for k, v in effective_sample_size(w, torch.ones_like(w)).items()}
     out_stats |= {"updates": float(steps), "trained_rows": float(keep.numel())}
     return out_stats, adv_BT
+
+
+def train_role(algo: Algorithm, roles: Roles, name: str, batch: Batch, rewards_B: torch.Tensor,
+               scores: dict[str, torch.Tensor], eligible: torch.Tensor, minibatches: int,
+               ctx: StepContext) -> dict[str, float]:
+    """`minibatches` optimizer steps of auxiliary role `name` on the eligible rows, with the algorithm's
+    `role_loss`; returns the mean of its stats over the steps, under `<name>/`."""
+    role, keep = roles.aux[name], eligible.nonzero().flatten()
+    if keep.numel() == 0:
+        return {}
+    order, acc, steps = keep[torch.randperm(keep.numel())], {}, 0
+    for k in range(minibatches):
+        idx = order[k * keep.numel() // minibatches:(k + 1) * keep.numel() // minibatches]
+        if idx.numel() == 0:
+            continue
+        mb = batch.rows(idx)
+        T = mb.ids_BT.shape[1]
+        loss, s = algo.role_loss(name, mb, role.forward(mb), {n: v[idx, :T] for n, v in scores.items()},
+                                 rewards_B[idx], ctx)
+        s = {n: float(v) for n, v in s.items()} | {"grad_norm": role.trained.step(loss)}
+        for n, v in s.items():
+            acc[n] = acc.get(n, 0.0) + v
+        steps += 1
+    role.trained.scheduler.step()
+    return {f"{name}/{n}": v / max(steps, 1) for n, v in acc.items()}

@@ -48,6 +48,7 @@ class StepContext:
     max_tokens: int  # the episode budget L_max (fixed aggregation, overlong penalty)
     entropy_coef: float = 0.0  # α of this step (constant or from MAGIC)
     generator: torch.Generator | None = None  # Clip-Cov's random token choice
+    step: int = 0  # the RL step (auxiliary roles' pretraining counts it)
 
 
 class AlgorithmState:
@@ -139,6 +140,16 @@ class Algorithm(Part):
         if self.decoupled is not None or self.correction is not None:
             out.add("proximal")
         return out
+
+    def trained_roles(self) -> dict[str, str]:
+        """Auxiliary roles the update trains, each with its phase: `before` the advantages are computed
+        (PRIME's PRM) or `after` (a critic, whose old values the advantages use); see `role_loss`."""
+        return {}
+
+    def role_loss(self, role: str, mb: Batch, out: torch.Tensor, scores: dict[str, torch.Tensor],
+                  rewards_B: torch.Tensor, ctx: StepContext) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The minibatch loss of trained role `role` from its forward `out` (with gradient), and its stats."""
+        raise TypeError(f"algorithm {self.name!r} trains no {role!r} role")
 
     @property
     def every_row(self) -> bool:

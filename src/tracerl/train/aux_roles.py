@@ -1,0 +1,164 @@
+"""Auxiliary model roles of an RL step: the critic, the implicit PRM, frozen teachers.
+
+Each role answers the per-token tensors it `provides` (the names an `Algorithm.needs`), and a trained
+role also gives a forward with gradient (`forward`) and takes an optimizer step on the loss the
+algorithm builds from it (`Algorithm.role_loss`). Its weights, AdamW state and schedule travel in
+`state_dict`, which the trainer stores in `RLState.roles_state[<role>]` (so in `trainer_state.pt`).
+
+Built only for the roles an algorithm declares (`Algorithm.roles`), from `recipe.roles`:
+- `critic`: a value head (a linear map to one number) over the hidden states of a decoder — a copy
+  of the policy at the start of RL when `roles.critic.path` is null, else a local HF model;
+- `prm`: PRIME's implicit process reward model π_φ, a trained copy of the policy at the start of RL;
+- `teacher/<name>`: each `roles.teachers` entry, a frozen model loaded from a local checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from tracerl.algorithms.batch import Batch
+from tracerl.errors import UserError
+from tracerl.train.checkpoint import freeze
+from tracerl.train.optim import make_optimizer, warmup_constant
+from tracerl.train.roles import FrozenRole, score_actions
+
+
+def _decoder(model):
+    try:
+        dec = model.get_decoder()
+    except (AttributeError, NotImplementedError):
+        dec = None
+    if dec is None or dec is model:
+        raise UserError(f"{type(model).__name__} exposes no decoder (get_decoder) to put a value head on; "
+                        "set roles.critic.path to a causal LM of the standard Hugging Face layout")
+    return dec
+
+
+class _Trained:
+    """Shared optimizer plumbing of a trained auxiliary role (composition: each role holds one)."""
+
+    def __init__(self, module: torch.nn.Module, *, lr: float, max_grad_norm: float, warmup: int = 3):
+        self.module, self.max_grad_norm = module, max_grad_norm
+        for p in module.parameters():
+            p.requires_grad_(True)
+        self.optimizer = make_optimizer(module, lr)
+        self.scheduler = warmup_constant(self.optimizer, warmup=warmup)
+
+    def step(self, loss: torch.Tensor) -> float:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        return float(gnorm)
+
+    def state_dict(self) -> dict:
+        return {"weights": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.module.load_state_dict(state["weights"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+class CriticRole:
+    """V(s_t) for every ACTION token t: a value head on the hidden state of the position before it,
+    i.e. the value of the context the token is sampled from. `pretrain_steps` RL steps train only it."""
+
+    provides = frozenset({"values"})
+
+    def __init__(self, lm, *, lr: float, max_grad_norm: float, pretrain_steps: int):
+        decoder = _decoder(lm)
+        head = torch.nn.Linear(lm.config.hidden_size, 1)
+        torch.nn.init.zeros_(head.weight)
+        torch.nn.init.zeros_(head.bias)
+        self.trained = _Trained(torch.nn.ModuleDict({"decoder": decoder, "head": head}), lr=lr,
+                                max_grad_norm=max_grad_norm)
+        self.warmup_steps = pretrain_steps
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """`values_BT` with gradient, 0 off the ACTION tokens."""
+        m = self.trained.module
+        hidden = m["decoder"](input_ids=batch.ids_BT, attention_mask=batch.attn_BT).last_hidden_state
+        v = m["head"](hidden[:, :-1]).squeeze(-1)
+        v = torch.cat([torch.zeros_like(v[:, :1]), v], dim=1)
+        return v * batch.action_BT
+
+    @torch.no_grad()
+    def scores(self, batch: Batch, needs: set[str]) -> dict[str, torch.Tensor]:
+        self.trained.module.eval()
+        out = {"values": self.forward(batch)}
+        self.trained.module.train()
+        return out
+
+
+class PRMRole:
+    """PRIME's implicit PRM π_φ: a trained copy of the policy scored like the reference (full tempered
+    log-probs), so β·(log π_φ − log π_ref) is its token reward."""
+
+    provides = frozenset({"prm"})
+    warmup_steps = 0
+
+    def __init__(self, lm, *, lr: float, max_grad_norm: float, temperature: float):
+        self.trained = _Trained(lm, lr=lr, max_grad_norm=max_grad_norm)
+        self.temperature = temperature
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        return score_actions(self.trained.module, batch, temperature=self.temperature).full_logprobs_BT
+
+    @torch.no_grad()
+    def scores(self, batch: Batch, needs: set[str]) -> dict[str, torch.Tensor]:
+        self.trained.module.eval()
+        out = {"prm": self.forward(batch)}
+        self.trained.module.train()
+        return out
+
+
+class TeacherRole:
+    """A frozen teacher: full tempered log-probs of the student's tokens under `teacher/<name>`."""
+
+    warmup_steps = 0
+
+    def __init__(self, name: str, lm, *, temperature: float):
+        self.need = f"teacher/{name}"
+        self.provides = frozenset({self.need})
+        self.frozen = FrozenRole(freeze(lm), temperature=temperature)
+
+    def scores(self, batch: Batch, needs: set[str]) -> dict[str, torch.Tensor]:
+        return {self.need: self.frozen.logprobs(batch)}
+
+
+AUX_ROLES = ("critic", "prm", "teachers")  # names an `Algorithm.roles` may declare beside policy and reference
+
+
+def _load_lm(path: str, what: str, policy):
+    from tracerl.models import load_model_and_tokenizer
+
+    lm, _ = load_model_and_tokenizer(path)
+    if lm.config.vocab_size != policy.config.vocab_size:
+        raise UserError(f"{what} at {path} has vocabulary size {lm.config.vocab_size} but the policy has "
+                        f"{policy.config.vocab_size}; point it at a model trained with the run's tokenizer")
+    return lm
+
+
+def build_aux_roles(recipe, policy, state: dict | None) -> dict:
+    """The auxiliary roles the recipe's algorithm declares, restored from `state` (roles_state) if given."""
+    algo, cfg, temp = recipe.rl.algorithm, recipe.roles, recipe.sampling.temperature
+    declared, roles = algo.roles(), {}
+    if "critic" in declared:
+        c = cfg.critic_or_default
+        lm = copy.deepcopy(policy) if c.path is None else _load_lm(c.path, "roles.critic.path", policy)
+        roles["critic"] = CriticRole(lm, lr=c.lr, max_grad_norm=recipe.rl.max_grad_norm, pretrain_steps=c.pretrain_steps)
+    if "prm" in declared:
+        p = cfg.prm_or_default
+        roles["prm"] = PRMRole(copy.deepcopy(policy), lr=p.lr, max_grad_norm=recipe.rl.max_grad_norm, temperature=temp)
+    if "teachers" in declared:
+        for t in cfg.teachers:
+            roles[f"teacher/{t.name}"] = TeacherRole(t.name, _load_lm(t.path, f"teacher {t.name!r}", policy),
+                                                     temperature=temp)
+    for name, role in roles.items():
+        if state and name in state and hasattr(role, "trained"):
+            role.trained.load_state_dict(state[name])
+    return roles
