@@ -6,7 +6,7 @@ from tracerl.algorithms.batch import collate
 from tracerl.algorithms.spec import ALGORITHMS
 from tracerl.contract import TerminalReason
 
-from credit_trajs import episode
+from tests_credit_helpers import episode
 
 
 def test_two_trajectories_through_one_state_get_the_hand_worked_step_advantage():

@@ -123,7 +123,7 @@ class TeacherRole:
 
     def __init__(self, name: str, lm, *, temperature: float):
         self.need = f"teacher/{name}"
-        self.provides = frozenset({self.need})
+        self.provides = frozenset({"teachers"})  # the algorithm asks for all teachers; each answers its own
         self.frozen = FrozenRole(freeze(lm), temperature=temperature)
 
     def scores(self, batch: Batch, needs: set[str]) -> dict[str, torch.Tensor]:
