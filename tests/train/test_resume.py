@@ -13,7 +13,7 @@ from tracerl.tasks import UniformSampler
 from tracerl.train.rl import RLState, train_rl
 
 
-def _train(model, tok, recipe, store, spec, state=None, stop_at=None):
+def _train(model, tok, recipe, store, spec, state=None, stop_at=None, reference=None):
     snaps = {}
 
     def on_ckpt(step, st):
@@ -25,7 +25,7 @@ def _train(model, tok, recipe, store, spec, state=None, stop_at=None):
         sampler.load_state_dict(state.sampler_state)
     engine = TorchEngine(model, tok)
     train_rl(model, tok, engine, sampler, r, spec=spec, log=lambda m, s: None, on_eval=None, on_checkpoint=on_ckpt,
-             store=store, tokenizer_hashes={}, progress=False, state=state)
+             store=store, tokenizer_hashes={}, progress=False, state=state, reference=reference)
     return snaps
 
 
@@ -61,5 +61,51 @@ def test_resume_is_bit_exact(tiny, tmp_path, sampler, parity_env):
         assert filtered_a, "dynamic sampling should have dropped some zero-variance groups here"
     changed = any(not torch.equal(p, q) for p, q in zip(model0.state_dict().values(), straight.state_dict().values()))
     assert changed, "the test needs real updates to mean anything"
+    for (name, p), q in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(p, q), name
+
+
+def _tensors(x):
+    """Every tensor of a nested state (weights, AdamW moments), in a fixed order."""
+    if torch.is_tensor(x):
+        return [x]
+    if isinstance(x, dict):
+        return [t for k in sorted(x, key=str) for t in _tensors(x[k])]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors(v)]
+    return []
+
+
+@pytest.mark.parametrize("algo,role", [(["rl.algorithm.name=ppo", "roles.critic.pretrain_steps=1",
+                                         "roles.critic.lr=0.01"], "critic"),
+                                       (["rl.algorithm.name=prime", "roles.prm.lr=0.01"], "prm")])
+def test_resume_is_bit_exact_with_a_trained_role(tiny, tmp_path, parity_env, algo, role):
+    from tracerl.train.checkpoint import freeze
+
+    model0, tok = tiny
+    recipe = load_recipe("smoke", ["rl.steps=4", "rl.checkpoint_every=2", "rl.prompts_per_step=2", "rl.group_size=4",
+                                   "rl.minibatches=2", "env.max_new_tokens=6", "rl.lr=0.01", *algo])
+    reference = freeze(copy.deepcopy(model0))
+    torch.manual_seed(0)
+    straight = copy.deepcopy(model0)
+    with Store(tmp_path / "a.sqlite") as a:
+        end_a = _train(straight, tok, recipe, a, parity_env, reference=reference)[4][0]
+        ids_a = [t.token_ids for t in a.trajectories(stage="rl")]
+    torch.manual_seed(0)
+    first = copy.deepcopy(model0)
+    with Store(tmp_path / "b.sqlite") as b:
+        state, rng, weights = _train(first, tok, recipe, b, parity_env, stop_at=2, reference=reference)[2]
+        assert role in state.roles_state and "weights" in state.roles_state[role]  # the role's model is in the state
+        resumed = copy.deepcopy(model0)
+        resumed.load_state_dict(weights)
+        torch.set_rng_state(rng)
+        end_b = _train(resumed, tok, recipe, b, parity_env, state=RLState(**dataclasses.asdict(state)),
+                       reference=reference)[4][0]
+        ids_b = [t.token_ids for t in b.trajectories(stage="rl")]
+    assert ids_a == ids_b
+    start = _tensors(state.roles_state[role]["weights"])
+    role_a, role_b = _tensors(end_a.roles_state[role]), _tensors(end_b.roles_state[role])
+    assert any(not torch.equal(p, q) for p, q in zip(start, _tensors(end_a.roles_state[role]["weights"])))
+    assert len(role_a) == len(role_b) and all(torch.equal(p, q) for p, q in zip(role_a, role_b))  # weights and AdamW
     for (name, p), q in zip(straight.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(p, q), name

@@ -71,7 +71,8 @@ class CriticRole:
 
     def __init__(self, lm, *, lr: float, max_grad_norm: float, pretrain_steps: int):
         decoder = _decoder(lm)
-        head = torch.nn.Linear(lm.config.hidden_size, 1)
+        with torch.random.fork_rng(devices=[]):  # building a role must not move the run's random stream (resume)
+            head = torch.nn.Linear(lm.config.hidden_size, 1)
         torch.nn.init.zeros_(head.weight)
         torch.nn.init.zeros_(head.bias)
         self.trained = _Trained(torch.nn.ModuleDict({"decoder": decoder, "head": head}), lr=lr,
@@ -133,30 +134,35 @@ class TeacherRole:
 AUX_ROLES = ("critic", "prm", "teachers")  # names an `Algorithm.roles` may declare beside policy and reference
 
 
-def _load_lm(path: str, what: str, policy):
+def _load_lm(path: str, what: str, tokenizer):
+    from pathlib import Path
+
     from tracerl.models import load_model_and_tokenizer
 
-    lm, _ = load_model_and_tokenizer(path)
-    if lm.config.vocab_size != policy.config.vocab_size:
-        raise UserError(f"{what} at {path} has vocabulary size {lm.config.vocab_size} but the policy has "
-                        f"{policy.config.vocab_size}; point it at a model trained with the run's tokenizer")
+    if not (Path(path) / "config.json").is_file():
+        raise UserError(f"{what} {path!r} is not a Hugging Face model directory; point it at a checkpoint of an "
+                        "earlier tracerl run (runs/<run>/checkpoints/step_N) or another local model")
+    lm, tok = load_model_and_tokenizer(path)
+    if tokenizer is not None and tok.get_vocab() != tokenizer.get_vocab():
+        raise UserError(f"{what} {path!r} has a different tokenizer than the policy; start the policy from the same "
+                        "base model (model.path: <teacher run>/base_model) so token ids mean the same")
     return lm
 
 
-def build_aux_roles(recipe, policy, state: dict | None) -> dict:
+def build_aux_roles(recipe, policy, state: dict | None, tokenizer=None) -> dict:
     """The auxiliary roles the recipe's algorithm declares, restored from `state` (roles_state) if given."""
     algo, cfg, temp = recipe.rl.algorithm, recipe.roles, recipe.sampling.temperature
     declared, roles = algo.roles(), {}
     if "critic" in declared:
         c = cfg.critic_or_default
-        lm = copy.deepcopy(policy) if c.path is None else _load_lm(c.path, "roles.critic.path", policy)
+        lm = copy.deepcopy(policy) if c.path is None else _load_lm(c.path, "roles.critic.path", tokenizer)
         roles["critic"] = CriticRole(lm, lr=c.lr, max_grad_norm=recipe.rl.max_grad_norm, pretrain_steps=c.pretrain_steps)
     if "prm" in declared:
         p = cfg.prm_or_default
         roles["prm"] = PRMRole(copy.deepcopy(policy), lr=p.lr, max_grad_norm=recipe.rl.max_grad_norm, temperature=temp)
     if "teachers" in declared:
         for t in cfg.teachers:
-            roles[f"teacher/{t.name}"] = TeacherRole(t.name, _load_lm(t.path, f"teacher {t.name!r}", policy),
+            roles[f"teacher/{t.name}"] = TeacherRole(t.name, _load_lm(t.path, f"teacher {t.name!r} path", tokenizer),
                                                      temperature=temp)
     for name, role in roles.items():
         if state and name in state and hasattr(role, "trained"):

@@ -77,7 +77,7 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
     roles = Roles(PolicyRole(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=sampling,
                              state=(state.roles_state or {}).get("policy")),
                   FrozenRole(reference, temperature=recipe.sampling.temperature) if reference is not None else None,
-                  build_aux_roles(recipe, model, state.roles_state))
+                  build_aux_roles(recipe, model, state.roles_state, tokenizer))
     missing = algo.roles() - {"policy", *AUX_ROLES} - ({"reference"} if reference is not None else set())
     if missing:
         raise ValueError(f"algorithm {algo.name!r} needs the {', '.join(sorted(missing))} role(s), which the trainer did not get")
