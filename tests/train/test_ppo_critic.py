@@ -81,3 +81,6 @@ def test_a_role_set_for_an_algorithm_that_does_not_use_it_is_a_load_error():
         load_recipe("smoke", ["roles.critic.pretrain_steps=2"])
     with pytest.raises(UserError, match="needs at least one teacher"):
         load_recipe("smoke", ["rl.algorithm.name=mopd"])
+    with pytest.raises(UserError, match="mopd trains with its ratio-band distillation loss, so clip_high"):
+        load_recipe("smoke", ["rl.algorithm.name=mopd", "rl.algorithm.clip_high=0.3",
+                              "roles.teachers=[{name: t, path: x}]"])

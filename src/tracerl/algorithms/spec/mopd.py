@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tracerl.algorithms.advantages import grpo, mopd
 from tracerl.algorithms.batch import Batch
@@ -38,6 +38,15 @@ class MOPD(Algorithm):
     """Highest kept ratio (the paper: 2)."""
     outcome_coef: float = Field(0.0, ge=0)
     """Weight of the GRPO outcome advantage added to the teacher advantage; 0 is pure distillation."""
+
+    @model_validator(mode="after")
+    def _own_loss(self) -> MOPD:
+        unused = sorted(self.model_fields_set & {"clip_low", "clip_high", "dual_clip", "clip_cov", "kl_cov", "decoupled",
+                                                 "correction", "nll", "entropy"})
+        if unused:
+            raise ValueError(f"mopd trains with its ratio-band distillation loss, so {', '.join(unused)} would have no "
+                             "effect; remove them (ratio_low, ratio_high, outcome_coef, kl and aggregation apply)")
+        return self
 
     def roles(self) -> set[str]:
         return super().roles() | {"teachers"}
