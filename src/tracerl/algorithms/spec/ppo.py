@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from tracerl.algorithms.advantages import gae
+from tracerl.algorithms.advantages import gae, gae_decoupled, vapo_gae
 from tracerl.algorithms.advantages.gae import length_adaptive_lambda
 from tracerl.algorithms.batch import Batch
 from tracerl.algorithms.losses import value_loss
@@ -75,9 +75,12 @@ class PPO(Algorithm):
                    ) -> tuple[torch.Tensor, dict[str, float]]:
         mask, values = batch.mask_BT, scores["values"]
         r = terminal_token_rewards(mask, rewards_B.to(values.dtype))
+        if self.alpha is None:
+            adv, returns = gae_decoupled(r, values, mask, gamma=self.gamma, lam_policy=self.lam_policy,
+                                         lam_value=self.lam_value)
+        else:
+            adv, returns = vapo_gae(r, values, mask, alpha=self.alpha, gamma=self.gamma, lam_value=self.lam_value)
         lam = self._lam(mask)
-        adv, _ = gae(r, values, mask, gamma=self.gamma, lam=lam)
-        _, returns = gae(r, values, mask, gamma=self.gamma, lam=self.lam_value)
         sel = mask > 0
         if not sel.any():
             return adv, {}
