@@ -8,9 +8,9 @@ One SFT start is trained first (the text_world recipe's `sft` stage at the sizes
 <root>/sft); every (algorithm, seed) run then starts from it (`model.path`), with stages eval → rl →
 eval and the same rollout budget: `rl.steps` × `rl.prompts_per_step` × `rl.group_size` episodes. The
 seed changes the RL sampling and task order, not the SFT start. Columns, from each run's store: held-out
-success after RL (avg@n), its change from the SFT start, invalid actions per policy turn, the
-repeated-state rate (turns taken in a state the episode had already been in), turns per episode (all
-of the final evaluation), the environment steps RL used, and training successes per 1,000 environment
+success after RL (avg@n), its change from the SFT start, invalid actions per policy turn, the loop
+rate (valid actions per turn that lead back to a state the episode had already been in), turns per
+episode (all of the final evaluation), the environment steps RL used, and training successes per 1,000 environment
 steps and per RL wall minute.
 """
 
@@ -31,7 +31,8 @@ EXTRA = {"ppo": ["roles.critic.pretrain_steps=2"]}  # VAPO's value pretraining, 
 
 
 def episode_stats(trajs) -> dict[str, float]:
-    """Invalid actions per turn, repeated-state rate per turn, turns and successes per episode."""
+    """Invalid actions per turn; loops per turn (a valid action that leads back to a state the episode was
+    already in); turns per episode; successes and environment steps (turns) in all."""
     turns = invalid = repeated = successes = 0
     for t in trajs:
         seen = {t.initial_state_hash}
@@ -39,9 +40,10 @@ def episode_stats(trajs) -> dict[str, float]:
             if s.kind == "action":
                 turns += 1
             elif s.kind == "observation":
-                invalid += s.tool_status == "invalid_action"
-                if s.state_hash is not None:
-                    repeated += s.state_hash in seen
+                bad = s.tool_status == "invalid_action"
+                invalid += bad
+                if s.state_hash is not None:  # an invalid action stays put: counted as invalid, not as a loop
+                    repeated += (not bad) and s.state_hash in seen
                     seen.add(s.state_hash)
         successes += t.reward_components.get("success", 0.0) > 0
     n = max(len(trajs), 1)
@@ -77,6 +79,11 @@ def row_of(run_dir: Path) -> dict:
             "per_min": 60 * train["successes"] / max(rl_wall, 1e-9), "wall_s": summary["wall_s"]}
 
 
+def _finished(run_dir: Path) -> bool:
+    summary = run_dir / "summary.json"
+    return summary.exists() and "wall_s" in json.loads(summary.read_text())
+
+
 def _train(recipe: str, overrides: list[str]) -> None:
     subprocess.run([sys.executable, "-m", "tracerl.cli", "train", recipe, *overrides], check=True)
 
@@ -96,16 +103,16 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             for algo in args.algos:
                 where = root / f"{algo}-s{seed}"
-                if not (where / "summary.json").exists() or "wall_s" not in json.loads((where / "summary.json").read_text()):
+                if not _finished(where):
                     _train(ALGOS[algo], [f"run.dir={where}", f"run.seed={seed}", f"model.path={sft}/checkpoints/step_0",
                                          *SIZES, *RL, *EXTRA.get(algo, [])])
-    rows = [row_of(d) for d in sorted(root.iterdir()) if d.name != "sft" and (d / "summary.json").exists()]
+    rows = [row_of(d) for d in sorted(root.iterdir()) if d.name != "sft" and _finished(d)]
     print(table(rows))
     return 0
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'algorithm':<9} {'seed':>4} {'start':>6} {'held-out':>8} {'change':>7} {'invalid':>7} {'repeat':>6} "
+    head = (f"{'algorithm':<9} {'seed':>4} {'start':>6} {'held-out':>8} {'change':>7} {'invalid':>7} {'loops':>6} "
             f"{'turns':>5} {'env steps':>9} {'succ/1k steps':>13} {'succ/min':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
