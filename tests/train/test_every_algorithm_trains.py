@@ -34,8 +34,11 @@ REACH = {
     "dynamic_sampling": ["dynamic_sampling=true"], "resample_on_correct": ["roc={oversample: 2}"],
     "magic_entropy": ["entropy.magic={target: 10.0}"],
 }
-# learned credit (critic, process reward, teachers, step groups): wired by the companion issue
-PENDING = {"gae", "gae_decoupled", "vapo_gae", "gigpo", "prime", "mopd", "value_loss", "mopd_loss"}
+# learned credit: step groups, a critic, a process reward model, teachers (roles: train/aux_roles.py)
+REACH |= {"gigpo": ["name=gigpo"], "gae": ["name=ppo"], "gae_decoupled": ["name=ppo"], "value_loss": ["name=ppo"],
+          "vapo_gae": ["name=ppo", "alpha=0.05"], "prime": ["name=prime"], "mopd": ["name=mopd"],
+          "mopd_loss": ["name=mopd"]}
+PENDING: set[str] = set()
 
 
 def _entries():
@@ -50,12 +53,16 @@ def one_step(tiny, parity_env, tmp_path, algorithm_overrides):
     model, tok = tiny
     overrides = ["rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=4", "rl.minibatches=2", "rl.lr=0.01",
                  "env.max_new_tokens=6", "rl.truncation=keep", "rl.checkpoint_every=0"]
+    if "name=mopd" in algorithm_overrides:  # a teacher: the starting model itself, saved as a checkpoint
+        model.save_pretrained(tmp_path / "teacher")
+        tok.save_pretrained(tmp_path / "teacher")
+        overrides = overrides + [f"roles.teachers=[{{name: t, path: {tmp_path / 'teacher'}}}]"]
     recipe = load_recipe("smoke", overrides + ["rl.algorithm.kl.coef=0"] + [f"rl.algorithm.{o}" for o in algorithm_overrides])
     torch.manual_seed(0)
     import copy
 
     model = copy.deepcopy(model)
-    reference = freeze(copy.deepcopy(model)) if recipe.rl.algorithm.kl.coef > 0 else None
+    reference = freeze(copy.deepcopy(model)) if "reference" in recipe.rl.algorithm.roles() else None
     logged = []
     with Store(tmp_path / "s.sqlite") as store:
         train_rl(model, tok, TorchEngine(model, tok), UniformSampler(parity_env.generate("train", 16, 0), seed=3),

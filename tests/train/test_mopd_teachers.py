@@ -48,7 +48,7 @@ def test_distilling_lowers_the_reverse_kl_to_the_teacher(tiny, parity_env):
     with torch.no_grad():
         for p in teacher.parameters():
             p.add_(0.1 * torch.randn_like(p))
-    algo = load_recipe("smoke", ["rl.algorithm.name=mopd", "roles.teachers=[{name: t, path: unused}]"]).rl.algorithm
+    algo = load_recipe("smoke", ["rl.algorithm.name=mopd", "rl.algorithm.kl.coef=0", "roles.teachers=[{name: t, path: unused}]"]).rl.algorithm
     roles = Roles(PolicyRole(student, lr=0.01, max_grad_norm=1.0, sampling=SAMPLING),
                   aux={"teacher/t": TeacherRole("t", teacher, temperature=1.0)})
     tasks = parity_env.generate("train", 32, 0)

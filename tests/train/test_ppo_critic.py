@@ -53,7 +53,7 @@ def _rollouts(model, tok, spec, n=8):
 
 def test_value_pretraining_lowers_the_value_loss_and_leaves_the_policy(tiny, parity_env):
     model0, tok = tiny
-    recipe = load_recipe("smoke", ["rl.algorithm.name=ppo", "roles.critic.pretrain_steps=8", "roles.critic.lr=0.003",
+    recipe = load_recipe("smoke", ["rl.algorithm.name=ppo", "rl.algorithm.kl.coef=0", "roles.critic.pretrain_steps=8", "roles.critic.lr=0.003",
                                    "rl.truncation=keep", "env.max_new_tokens=6"])
     torch.manual_seed(0)
     model = copy.deepcopy(model0)

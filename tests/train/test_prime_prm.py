@@ -54,7 +54,7 @@ def test_prm_cross_entropy_on_the_outcome_labels():
 
 def test_the_prm_is_trained_before_the_advantages_and_fits_the_labels(tiny, parity_env):
     model0, tok = tiny
-    recipe = load_recipe("smoke", ["rl.algorithm.name=prime", "rl.algorithm.beta=0.5", "roles.prm.lr=0.003",
+    recipe = load_recipe("smoke", ["rl.algorithm.name=prime", "rl.algorithm.kl.coef=0", "rl.algorithm.beta=0.5", "roles.prm.lr=0.003",
                                    "rl.truncation=keep", "env.max_new_tokens=6"])
     torch.manual_seed(0)
     model = copy.deepcopy(model0)
