@@ -1,0 +1,67 @@
+"""The `roles:` section of a recipe: the auxiliary models of an RL algorithm (critic, PRM, teachers).
+
+Kept beside `tracerl.config` (which imports `RolesConfig` into the `Recipe`); `train/aux_roles.py`
+builds the roles from it, only for the roles the algorithm declares.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Cfg(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+
+
+class CriticConfig(_Cfg):
+    path: str | None = None
+    """Model the value head sits on: null for a copy of the policy at the start of RL, else a local HF causal
+    LM with the run's vocabulary (a tracerl checkpoint directory, for instance)."""
+    lr: float = Field(1e-3, gt=0)
+    """Critic learning rate (AdamW, constant after a 3-step warm-up)."""
+    pretrain_steps: int = Field(0, ge=0)
+    """VAPO value pretraining: the first N RL steps train only the critic, on the SFT policy's rollouts."""
+
+
+class PRMConfig(_Cfg):
+    lr: float = Field(1e-4, gt=0)
+    """Learning rate of the implicit PRM π_φ (initialised from the policy at the start of RL)."""
+
+
+class TeacherConfig(_Cfg):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    """Teacher name; its metrics are `mopd/reverse_kl/<name>`."""
+    path: str
+    """A local HF causal LM with the run's vocabulary, e.g. `runs/<run>/checkpoints/step_N` of an earlier run."""
+
+
+class RolesConfig(_Cfg):
+    critic: CriticConfig | None = None
+    """The value model of `ppo`; null uses the defaults when the algorithm needs one. Set for an algorithm
+    without a critic it is an error."""
+    prm: PRMConfig | None = None
+    """PRIME's implicit process reward model; null uses the defaults under `prime`."""
+    teachers: list[TeacherConfig] = Field(default_factory=list)
+    """Frozen teachers of `mopd` (at least one; names unique)."""
+
+    @property
+    def critic_or_default(self) -> CriticConfig:
+        return self.critic or CriticConfig()
+
+    @property
+    def prm_or_default(self) -> PRMConfig:
+        return self.prm or PRMConfig()
+
+    def check(self, algorithms: list) -> None:
+        """Each role set here is used by some algorithm of the run, and each needed one is given."""
+        declared = set().union(*(a.roles() for a in algorithms))
+        names = ", ".join(sorted({a.name for a in algorithms}))
+        for key, used in (("critic", self.critic is not None), ("prm", self.prm is not None),
+                          ("teachers", bool(self.teachers))):
+            if used and key not in declared:
+                raise ValueError(f"roles.{key} is set but rl.algorithm {names} does not use it; remove roles.{key} "
+                                 "or choose an algorithm that does (critic: ppo, prm: prime, teachers: mopd)")
+        if "teachers" in declared and not self.teachers:
+            raise ValueError("rl.algorithm mopd needs at least one teacher; add roles.teachers: [{name: ..., path: ...}]")
+        if len({t.name for t in self.teachers}) != len(self.teachers):
+            raise ValueError(f"roles.teachers names must be unique, got {[t.name for t in self.teachers]}")
