@@ -1,0 +1,83 @@
+"""`tracerl export`: stage and step columns, prefix stage filters, a filter matching nothing is exit 2
+with no file written, decoded text, structs in Parquet, and the learner's advantage and loss weight."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+TRACERL = [sys.executable, "-m", "tracerl.cli"]
+
+
+def _run(*args, timeout=240):
+    return subprocess.run([*TRACERL, *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("runs") / "smoke"
+    proc = _run("train", "smoke", f"run.dir={path}", "run.threads=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return path
+
+
+def _jsonl(*args):
+    proc = _run("export", *args)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_stage_and_step_columns_and_prefix_filter(run_dir):
+    every = _jsonl(str(run_dir))
+    stages = {r["stage"] for r in every}
+    assert "rl" in stages and any(s.startswith("eval/") for s in stages)
+    evals = _jsonl(str(run_dir), "--stage", "eval")
+    # smoke: 8 held-out tasks x 2 samples, evaluated after SFT and after RL
+    assert len(evals) == 2 * 8 * 2 and all(r["stage"].startswith("eval/") for r in evals)
+    rl = _jsonl(str(run_dir), "--stage", "rl")
+    assert len(rl) == 2 * 4 * 4 and {r["step"] for r in rl} == {0, 1}  # steps x prompts x group
+    step1 = _jsonl(str(run_dir), "--stage", "rl", "--step", "1")
+    assert len(step1) == 16 and all(r["step"] == 1 for r in step1)
+
+
+def test_filter_matching_nothing_is_exit_2_and_writes_nothing(run_dir, tmp_path):
+    out = tmp_path / "none.jsonl"
+    for args in (["--stage", "evl"], ["--stage", "rl", "--step", "99"], ["--stage", "ev"]):
+        proc = _run("export", str(run_dir), "--out", str(out), *args)
+        assert proc.returncode == 2 and "no trajectories of" in proc.stderr, args
+        assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_text_and_credit_columns(run_dir):
+    rl = _jsonl(str(run_dir), "--stage", "rl")
+    r = rl[0]
+    assert r["prompt_text"].startswith("<|im_start|>system") and r["completion_text"]
+    assert all(isinstance(x["advantage"], float) and x["loss_weight"] in (0.0, 1.0) for x in rl)
+    # GRPO advantages of one group sum to zero (times its loss weights, which are 0 or 1)
+    groups = {}
+    for x in rl:
+        groups.setdefault((x["step"], x["group_id"]), []).append(x["advantage"])
+    assert all(abs(sum(a)) < 1e-5 for a in groups.values())
+    ev = _jsonl(str(run_dir), "--stage", "eval")
+    assert all(x["advantage"] is None and x["loss_weight"] is None for x in ev)  # evaluation never trains
+
+
+def test_parquet_structs_and_datasets(run_dir, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "rl.parquet"
+    proc = _run("export", str(run_dir), "--format", "parquet", "--out", str(out), "--stage", "rl")
+    assert proc.returncode == 0, proc.stderr
+    table = pq.read_table(out)
+    assert table.num_rows == 32
+    assert pa.types.is_struct(table.schema.field("spans").type.value_type)
+    comps = table.column("reward_components").to_pylist()[0]
+    assert {c["name"] for c in comps} >= {"correct"}
+    assert table.column("stage").to_pylist() == ["rl"] * 32
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.load_dataset("parquet", data_files=str(out), split="train")
+    assert len(ds) == 32 and ds[0]["spans"][0]["kind"] == "prompt"
