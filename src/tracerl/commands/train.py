@@ -34,6 +34,10 @@ def run(args) -> int:
 
     check_sources(recipe.tasks.sources)  # a missing, empty or all-bad task file: before any run dir
 
+    from tracerl.envs import get_env
+
+    get_env(recipe.env.name)  # an unknown env (a forgotten --import) fails before the run directory exists
+
     from tracerl.train.pipeline import run_recipe
 
     run_recipe(recipe, resume=args.resume)
