@@ -20,6 +20,7 @@ def test_worked_example_is_about_fifty_lines():
 
 
 def test_worked_example_runs_and_registers_an_env(monkeypatch):
+    base.env_names()  # built-ins registered in the real registry before it is swapped for a copy
     monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))  # keep the global registry clean
     scope: dict = {}
     exec(compile(example_code(), str(DOC), "exec"), scope)  # the example asserts its own success
@@ -33,6 +34,7 @@ def test_worked_example_runs_and_registers_an_env(monkeypatch):
 def test_the_expert_runs_sft_collection_at_its_default_error_rate(monkeypatch):
     from tracerl.train.demos import collect_demos
 
+    base.env_names()  # built-ins registered in the real registry before it is swapped for a copy
     monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
     exec(compile(example_code(), str(DOC), "exec"), {})
     spec = base.get_env("guess")
@@ -81,6 +83,7 @@ def test_an_entry_point_registers_an_env(tmp_path, monkeypatch):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: guess-env\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[tracerl.envs]\nguess = guess_env\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    base.env_names()  # built-ins registered in the real registry before it is swapped for a copy
     monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
     monkeypatch.setattr(base, "_plugins_loaded", False)
     monkeypatch.delitem(sys.modules, "guess_env", raising=False)
