@@ -21,6 +21,8 @@ def run_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("runs") / "smoke"
     proc = _run("train", "smoke", f"run.dir={path}", "run.threads=1")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]  # the run ends by saying what to do next
+    assert last.startswith(f"next: tracerl report {path} | tracerl inspect {path}") and "checkpoint " in last
     return path
 
 
@@ -81,3 +83,15 @@ def test_parquet_structs_and_datasets(run_dir, tmp_path):
     datasets = pytest.importorskip("datasets")
     ds = datasets.load_dataset("parquet", data_files=str(out), split="train")
     assert len(ds) == 32 and ds[0]["spans"][0]["kind"] == "prompt"
+
+
+def test_inspect_shows_the_credit_the_learner_gave(run_dir):
+    rl = _jsonl(str(run_dir), "--stage", "rl", "--step", "1")
+    first = rl[0]
+    proc = _run("inspect", str(run_dir), "--trajectory", first["trajectory_id"], "--logprobs", "--color", "never")
+    assert proc.returncode == 0, proc.stderr
+    assert f"advantage {first['advantage']:+.4g}  loss weight {first['loss_weight']:g}  (update at step 1)" in proc.stdout
+    assert f"A{first['advantage']:+.2f}⟩" in proc.stdout  # on every action token
+    ev = _jsonl(str(run_dir), "--stage", "eval")[0]
+    proc = _run("inspect", str(run_dir), "--trajectory", ev["trajectory_id"], "--color", "never")
+    assert "no update used this episode" in proc.stdout
