@@ -27,8 +27,14 @@ def _scalar(value: Any) -> str:
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
-def _doc(field) -> str:
-    return " ".join((field.description or "").split())
+def _doc(field, owner: type[BaseModel], name: str) -> str:
+    """The field's description; an undocumented discriminator (`name` of an algorithm) borrows the
+    first sentence of its model's docstring, which says what that choice is."""
+    text = field.description or ""
+    if not text and name == "name" and owner.__doc__:
+        text = owner.__doc__.strip().split("\n\n")[0]
+    text = " ".join(text.split())
+    return text if len(text) <= 160 else text[:159] + "…"
 
 
 def render(model: BaseModel, *, docs: bool = True, indent: int = 0) -> list[str]:
@@ -36,7 +42,8 @@ def render(model: BaseModel, *, docs: bool = True, indent: int = 0) -> list[str]
     pad, lines = "  " * indent, []
     dumped = model.model_dump(mode="json")
     for name, field in type(model).model_fields.items():
-        value, comment = getattr(model, name), f"  # {_doc(field)}" if docs and _doc(field) else ""
+        doc = _doc(field, type(model), name) if docs else ""
+        value, comment = getattr(model, name), f"  # {doc}" if doc else ""
         if isinstance(value, BaseModel):
             lines.append(f"{pad}{name}:{comment}")
             lines += render(value, docs=docs, indent=indent + 1)
