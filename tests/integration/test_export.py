@@ -26,6 +26,13 @@ def run_dir(tmp_path_factory):
     return path
 
 
+def _sizes():
+    from tracerl.config import load_recipe
+
+    r = load_recipe("smoke")
+    return r.rl.steps, r.rl.prompts_per_step * r.rl.group_size, r.eval.tasks * r.eval.samples
+
+
 def _jsonl(*args):
     proc = _run("export", *args)
     assert proc.returncode == 0, proc.stderr
@@ -36,13 +43,13 @@ def test_stage_and_step_columns_and_prefix_filter(run_dir):
     every = _jsonl(str(run_dir))
     stages = {r["stage"] for r in every}
     assert "rl" in stages and any(s.startswith("eval/") for s in stages)
+    steps, per_step, per_eval = _sizes()  # smoke: 2 steps of prompts x group episodes; tasks x samples per eval
     evals = _jsonl(str(run_dir), "--stage", "eval")
-    # smoke: 8 held-out tasks x 2 samples, evaluated after SFT and after RL
-    assert len(evals) == 2 * 8 * 2 and all(r["stage"].startswith("eval/") for r in evals)
+    assert len(evals) == 2 * per_eval and all(r["stage"].startswith("eval/") for r in evals)  # after SFT, after RL
     rl = _jsonl(str(run_dir), "--stage", "rl")
-    assert len(rl) == 2 * 4 * 4 and {r["step"] for r in rl} == {0, 1}  # steps x prompts x group
+    assert len(rl) == steps * per_step and {r["step"] for r in rl} == set(range(steps))
     step1 = _jsonl(str(run_dir), "--stage", "rl", "--step", "1")
-    assert len(step1) == 16 and all(r["step"] == 1 for r in step1)
+    assert len(step1) == per_step and all(r["step"] == 1 for r in step1)
 
 
 def test_filter_matching_nothing_is_exit_2_and_writes_nothing(run_dir, tmp_path):
@@ -58,11 +65,19 @@ def test_text_and_credit_columns(run_dir):
     r = rl[0]
     assert r["prompt_text"].startswith("<|im_start|>system") and r["completion_text"]
     assert all(isinstance(x["advantage"], float) and x["loss_weight"] in (0.0, 1.0) for x in rl)
-    # GRPO advantages of one group sum to zero (times its loss weights, which are 0 or 1)
+    assert any(x["advantage"] != 0.0 for x in rl)  # the smoke recipe takes real updates
+    # what the update used: a row with loss weight 0 (truncated, masked) carries no credit; in a group,
+    # rows above the group's mean reward get a positive advantage, rows below a negative one
     groups = {}
     for x in rl:
-        groups.setdefault((x["step"], x["group_id"]), []).append(x["advantage"])
-    assert all(abs(sum(a)) < 1e-5 for a in groups.values())
+        groups.setdefault((x["step"], x["group_id"]), []).append(x)
+    for rows in groups.values():
+        mean = sum(r["reward"] for r in rows) / len(rows)
+        for r in rows:
+            if r["loss_weight"] == 0.0:
+                assert r["advantage"] == 0.0
+            elif r["reward"] != mean:
+                assert (r["advantage"] > 0) == (r["reward"] > mean)
     ev = _jsonl(str(run_dir), "--stage", "eval")
     assert all(x["advantage"] is None and x["loss_weight"] is None for x in ev)  # evaluation never trains
 
@@ -75,14 +90,15 @@ def test_parquet_structs_and_datasets(run_dir, tmp_path):
     proc = _run("export", str(run_dir), "--format", "parquet", "--out", str(out), "--stage", "rl")
     assert proc.returncode == 0, proc.stderr
     table = pq.read_table(out)
-    assert table.num_rows == 32
+    steps, per_step, _ = _sizes()
+    assert table.num_rows == steps * per_step
     assert pa.types.is_struct(table.schema.field("spans").type.value_type)
     comps = table.column("reward_components").to_pylist()[0]
     assert {c["name"] for c in comps} >= {"correct"}
-    assert table.column("stage").to_pylist() == ["rl"] * 32
+    assert table.column("stage").to_pylist() == ["rl"] * table.num_rows
     datasets = pytest.importorskip("datasets")
     ds = datasets.load_dataset("parquet", data_files=str(out), split="train")
-    assert len(ds) == 32 and ds[0]["spans"][0]["kind"] == "prompt"
+    assert len(ds) == table.num_rows and ds[0]["spans"][0]["kind"] == "prompt"
 
 
 def test_inspect_shows_the_credit_the_learner_gave(run_dir):
