@@ -1,4 +1,4 @@
-"""Typed recipe configuration (DESIGN.md §8).
+"""Typed recipe configuration (docs/architecture.md, "Configuration and runs").
 
 A recipe is a YAML file validated by these pydantic models (`extra="forbid"`; a description on
 every field). `load_recipe(name_or_path, overrides)` applies `key.sub=value` overrides and fails

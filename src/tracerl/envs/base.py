@@ -1,4 +1,4 @@
-"""The environment protocol (DESIGN.md §4) and the registry of built-in environments.
+"""The environment protocol (docs/architecture.md, "Tasks and environments") and the registry of built-in environments.
 
 An environment sees text; the agent loop owns tokens. Any object with `name`, `revision`,
 `reset(task, seed)`, `step(action_text)` and `state_hash()` plugs in; no subclassing.

@@ -1,4 +1,4 @@
-"""The run directory (DESIGN.md §8): manifest, resolved config, store, metrics, checkpoints."""
+"""The run directory (docs/architecture.md, "Configuration and runs"): manifest, resolved config, store, metrics, checkpoints."""
 
 from __future__ import annotations
 
