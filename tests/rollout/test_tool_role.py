@@ -4,11 +4,11 @@ own, and the wrapper text the template adds around a tool turn is TEMPLATE, neve
 
 import copy
 
-from test_agent_loop import SAMPLING, EchoSandbox, ScriptedEngine, _spec
-
 from tracerl.contract import TokenRole, validate
 from tracerl.rollout import LoopBudgets, run_episodes
 from tracerl.rollout.render import render_observation, tool_role_wrap
+
+from .test_agent_loop import SAMPLING, EchoSandbox, ScriptedEngine, _spec
 
 TOOL_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'tool' %}<|im_start|>tool\n{{ m['content'] }}<|im_end|>\n"
