@@ -9,11 +9,13 @@ from tracerl.errors import UserError
 
 
 def test_list_items_are_overridable_by_index():
-    r = load_recipe("staged", ["rl.stages.0.steps=3", "eval.k.1=8"])
+    r = load_recipe("staged", ["rl.stages.0.steps=3", "eval.k.1=2"])
     base = load_recipe("staged")
     assert r.rl.stages[0].steps == 3 and r.rl.stages[1].steps == base.rl.stages[1].steps
     assert r.rl.steps == 3 + base.rl.stages[1].steps  # the derived total follows the stages
-    assert r.eval.k == [base.eval.k[0], 8]
+    assert r.eval.k == [base.eval.k[0], 2]
+    with pytest.raises(UserError, match=r"override 'eval.k.1=8'"):  # k > eval.samples, blamed on the override
+        load_recipe("staged", ["eval.k.1=8"])
     appended = load_recipe("smoke", ["rl.stages.0.name=warm", "rl.stages.0.steps=2"])
     assert [(s.name, s.steps) for s in appended.rl.stages] == [("warm", 2)] and appended.rl.steps == 2
 

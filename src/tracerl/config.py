@@ -483,9 +483,11 @@ def _explain(err: ValidationError, source: str, overrides: dict[str, str] | None
     loc = ".".join(str(x) for x in e["loc"] if x not in _TAGS)
     blamed = [k for k in (overrides or {}) if loc == k or loc.startswith(k + ".") or k.startswith(loc + ".")]
     if blamed:
-        source = f"override {overrides[max(blamed, key=len)]!r}"
+        item = overrides[max(blamed, key=len)]
+        source = f"override {item if len(item) <= 80 else item[:79] + '…'!r}"
     elif not loc and overrides:  # a check across fields: name the overrides that took part
-        source = f"{source} with overrides {' '.join(overrides.values())}"
+        joined = " ".join(overrides.values())
+        source = f"{source} with overrides {joined if len(joined) <= 120 else joined[:119] + '…'}"
     if e["type"] == "extra_forbidden":
         tags = [x for x in e["loc"] if x in ALGORITHMS]
         return _unknown_key(loc, f" in {source}", tags[0] if tags else None)
