@@ -1,8 +1,9 @@
 """Render a run's report and photograph it with headless Chromium, as a person would see it.
 
-    python benchmarks/report_screenshot.py [RUN_DIR] [--out report.png]
+    python benchmarks/report_screenshot.py [RUN_DIR ...] [--compare] [--out report.png]
 
-Without RUN_DIR a synthetic run is written first (`synthetic_run`): 12 RL steps of a math-with-a-
+Several RUN_DIRs photograph their comparison page (`tracerl report RUN_A RUN_B`). Without RUN_DIR a
+synthetic run is written first (with `--compare`, two of them, seeds 0 and 1) (`synthetic_run`): 12 RL steps of a math-with-a-
 tool task whose trajectories, metrics (through `tracerl.telemetry.step_metrics`), held-out
 evaluations, events and manifest go through the real store and run-directory code. The screenshot
 is checked non-blank: enough non-white pixels and enough distinct colours (the plots' lines).
@@ -84,7 +85,7 @@ def _episode(tok, rng: random.Random, tid: str, group: str, a: int, b: int, *, s
 def synthetic_run(root: str | Path, *, steps: int = 12, groups: int = 4, group_size: int = 4, seed: int = 0) -> Path:
     """A small but complete run directory exercising every part the report and inspector read."""
     rng = random.Random(seed)
-    run = RunDir(Path(root) / "synthetic-run", create=True)
+    run = RunDir(Path(root) / ("synthetic-run" if seed == 0 else f"synthetic-run-seed{seed}"), create=True)
     tok = _tokenizer(run.path / "tokenizer")
     run.write_manifest({"code": {"commit": "0" * 40, "dirty": False}, "config_sha256": "f" * 64,
                         "recipe": "synthetic", "seeds": {"run": seed}, "tokenizer_sha256": "a" * 64,
@@ -164,17 +165,22 @@ def blankness(png: Path) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir", nargs="?", help="run directory (default: write a synthetic run)")
-    ap.add_argument("--out", default=None, help="screenshot file (default RUN_DIR/report/screenshot.png)")
+    ap.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories (default: write a synthetic run)")
+    ap.add_argument("--compare", action="store_true", help="without RUN_DIR: two synthetic runs, compared")
+    ap.add_argument("--out", default=None, help="screenshot file (default REPORT_DIR/screenshot.png)")
+    ap.add_argument("--height", type=int, default=2000, help="window height in pixels")
     args = ap.parse_args(argv)
     if find_chromium() is None:
         print("chromium is not installed (apt-get install -y chromium); no screenshot taken", file=sys.stderr)
         return 3
-    from tracerl.eval.report import build_report
+    from tracerl.eval.report.html import build_comparison, build_report
 
-    run_dir = Path(args.run_dir) if args.run_dir else synthetic_run(tempfile.mkdtemp(prefix="tracerl-report-"))
-    index = build_report(run_dir)
-    png = screenshot(index, Path(args.out) if args.out else run_dir / "report" / "screenshot.png")
+    runs = [Path(r) for r in args.run_dirs]
+    if not runs:
+        root = tempfile.mkdtemp(prefix="tracerl-report-")
+        runs = [synthetic_run(root, seed=s) for s in ((0, 1) if args.compare else (0,))]
+    index = build_report(runs[0]) if len(runs) == 1 else build_comparison(runs)
+    png = screenshot(index, Path(args.out) if args.out else index.parent / "screenshot.png", height=args.height)
     stats = blankness(png)
     ok = stats["nonwhite_frac"] > 0.02 and stats["distinct_colours"] > 50
     print(f"report {index}\nscreenshot {png}: {stats} -> {'non-blank' if ok else 'BLANK'}")

@@ -1,4 +1,4 @@
-"""Typed recipe configuration (DESIGN.md §8).
+"""Typed recipe configuration (docs/architecture.md, "Configuration and runs").
 
 A recipe is a YAML file validated by these pydantic models (`extra="forbid"`; a description on
 every field). `load_recipe(name_or_path, overrides)` applies `key.sub=value` overrides and fails
@@ -12,7 +12,7 @@ import difflib
 import typing
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -396,26 +396,102 @@ def _unknown_key(key: str, where: str, algorithm: str | None = None) -> str:
     return f"unknown key {key!r}{where}{hint}"
 
 
-def _apply_override(data: dict[str, Any], item: str) -> None:
+def field_model(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """The pydantic model an annotation holds, and whether it is the item type of a list."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) in (list, tuple):
+        inner = field_model(args[0])[0] if args else None
+        return inner, True
+    for a in args:  # Optional[...] / unions
+        found = field_model(a)
+        if found[0] is not None or found[1]:
+            return found
+    return None, False
+
+
+def _check_key(key: str) -> None:
+    """A dotted override key names a field; a number after a list field indexes it (`rl.stages.0.steps`)."""
+    parts = key.split(".")
+    plain = ".".join(p for p in parts if not p.isdigit())
+    model: type[BaseModel] | None = Recipe
+    in_list, done = False, []
+    for part in parts:
+        if in_list:
+            if not part.isdigit():
+                raise UserError(f"override key {key!r}: {'.'.join(done)!r} is a list; index it with a number, "
+                                f"e.g. {'.'.join(done)}.0")
+            in_list = False
+        elif part.isdigit():
+            raise UserError(f"override key {key!r}: {'.'.join(done)!r} is not a list, so {part} cannot index it")
+        elif model is None:
+            raise UserError(f"override key {key!r}: {'.'.join(done)!r} is a value, not a section")
+        elif part not in model.model_fields:
+            raise UserError(_unknown_key(plain[:200], "").replace("unknown key", "unknown override key"))
+        else:
+            annotation = model.model_fields[part].annotation
+            if len(_models_in(annotation)) > 1:  # a union (rl.algorithm): the keys of all its members count
+                if plain not in _valid_keys(Recipe):
+                    raise UserError(_unknown_key(plain[:200], "").replace("unknown key", "unknown override key"))
+                return
+            model, in_list = field_model(annotation)
+        done.append(part)
+
+
+def _apply_override(data: dict[str, Any], item: str) -> str:
+    """Apply `key.sub=value` (list items by index: `rl.stages.0.steps=3`) to the raw recipe.
+
+    Returns the path the override answers for: its key, or the list item it created."""
     if "=" not in item:
         raise UserError(f"override {item[:200]!r} must look like key.sub=value")
     key, raw = item.split("=", 1)
-    if key not in _valid_keys(Recipe):
-        raise UserError(_unknown_key(key[:200], "").replace("unknown key", "unknown override key"))
-    node = data
-    parts = key.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise UserError(f"override {key!r} goes inside {part!r}, which is not a section")
+    _check_key(key)
     if len(raw) > 10_000:
         raise UserError(f"override {key!r} has a value of {len(raw)} characters; put long values in a recipe file")
-    node[parts[-1]] = safe_yaml(raw, f"the value of override {key!r}") if raw != "" else None
+    value = safe_yaml(raw, f"the value of override {key!r}") if raw != "" else None
+    node: Any = data
+    parts, blame = key.split("."), key
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            idx = int(part)
+            where = ".".join(parts[:i])
+            if idx > len(node):
+                raise UserError(f"override {item!r}: {where} has {len(node)} items, so index {idx} is out of range "
+                                f"(use 0..{len(node)}; {len(node)} appends one)")
+            if idx == len(node):
+                node.append({} if not last else None)
+                blame = ".".join(parts[:i + 1])  # the new item is the override's doing, all of its fields
+            if last:
+                node[idx] = value
+            else:
+                if node[idx] is None:
+                    node[idx] = {}
+                node = node[idx]
+            continue
+        if not isinstance(node, dict):
+            raise UserError(f"override {item!r} goes inside {parts[i - 1]!r}, which is not a section in the recipe")
+        if last:
+            node[part] = value
+        else:
+            if node.get(part) is None:
+                node[part] = [] if parts[i + 1].isdigit() else {}
+            node = node[part]
+    return blame
 
 
-def _explain(err: ValidationError, source: str) -> str:
+def _explain(err: ValidationError, source: str, overrides: dict[str, str] | None = None) -> str:
+    """One sentence for the first validation error, blaming the override that set the value if one did."""
     e = err.errors()[0]
     loc = ".".join(str(x) for x in e["loc"] if x not in _TAGS)
+    blamed = [k for k in (overrides or {}) if loc == k or loc.startswith(k + ".") or k.startswith(loc + ".")]
+    if blamed:
+        item = overrides[max(blamed, key=len)]
+        source = f"override {item if len(item) <= 80 else item[:79] + '…'!r}"
+    elif not loc and overrides:  # a check across fields: name the overrides that took part
+        joined = " ".join(overrides.values())
+        source = f"{source} with overrides {joined if len(joined) <= 120 else joined[:119] + '…'}"
     if e["type"] == "extra_forbidden":
         tags = [x for x in e["loc"] if x in ALGORITHMS]
         return _unknown_key(loc, f" in {source}", tags[0] if tags else None)
@@ -434,9 +510,10 @@ def _explain(err: ValidationError, source: str) -> str:
 
 def load_recipe(name_or_path: str = "default", overrides: list[str] | None = None) -> Recipe:
     data, source = _read_yaml(name_or_path)
+    applied = {}
     for item in overrides or []:
-        _apply_override(data, item)
+        applied[_apply_override(data, item)] = item
     try:
         return Recipe.model_validate(data)
     except ValidationError as err:
-        raise UserError(_explain(err, source)) from None
+        raise UserError(_explain(err, source, applied)) from None

@@ -26,6 +26,8 @@ def test_latest_step_decoded_with_reward_and_ending(run_path, capsys):
     assert "What is" in out and "<answer>" in out  # decoded prompt and action text
     assert "reward 1.1 (correct=1×1, format=1×0.1)" in out and "ending eos" in out
     assert "\x1b[" not in out and "⟨" not in out  # no colour codes when asked, no log-probs unless asked
+    # without colour, roles are told apart by text markers at each change of role
+    assert "⟦template⟧<|im_start|>" in out and "⟦prompt⟧What is" in out and "⟦action⟧" in out
 
 
 def test_roles_coloured_and_logprobs(run_path, capsys):
@@ -38,7 +40,9 @@ def test_roles_coloured_and_logprobs(run_path, capsys):
     assert "\x1b[35m<|im_start|>" in out  # template header in magenta
     assert "\x1b[1;32m" in out and "\x1b[33m<output>" in out  # action bold green, observation yellow
     first_lp = next(lp for lp in traj.behavior_logprobs if lp == lp)
-    assert f"⟨{first_lp:.2f}⟩" in out
+    k = traj.behavior_logprobs.index(first_lp)
+    assert f"⟨{first_lp:.2f} v{traj.policy_versions[k]}" in out  # log-prob and the policy version that sampled it
+    assert "⟦" not in out  # colour on: no text markers
     assert "tool python" in out
 
 

@@ -24,7 +24,7 @@ def test_jsonl_with_bad_rows_keeps_good_rows_and_names_each_bad_line(write_jsonl
         good("a"),                                                   # line 7: duplicate id
         "[1, 2]",                                                    # line 8: not an object
         good("e", prompt=[{"role": "user", "content": "Add 2 and 2."}], answer=4),  # line 9: good
-        {"id": "f", "prompt": "fine prompt", "answer": "1"},         # line 10: no license anywhere
+        {"id": "f", "prompt": "fine prompt", "answer": "1", "license": ""},  # line 10: an empty license
         good("g", difficulty="hard"),                                # line 11
         good("h", prompt="   "),                                     # line 12
     ])
@@ -39,7 +39,7 @@ def test_jsonl_with_bad_rows_keeps_good_rows_and_names_each_bad_line(write_jsonl
     assert "unknown field 'question'" in reasons[6] and "field_map" in reasons[6]
     assert reasons[7] == "duplicate id 'a' (first at line 1)"
     assert "must be an object" in reasons[8]
-    assert "no `license`" in reasons[10]
+    assert "license must be a non-empty string" in reasons[10]
     assert "difficulty must be a finite number" in reasons[11]
     assert reasons[12] == "prompt is empty"
     assert str(src.errors[0]) == f"{path}: line 3: {reasons[3]}"
@@ -164,3 +164,16 @@ def test_every_registered_env_generates_schema_valid_tasks():
             src = load_generator(spec.generate, name=name, split=split, n=8, seed=0)
             assert len(src.tasks) == 8 and not src.errors, (name, split, src.errors[:1])
             assert {t.source for t in src.tasks} == {name}
+
+
+def test_a_plain_task_file_without_licenses_loads_as_unknown_and_warns_once(tmp_path, capsys):
+    from tracerl.tasks.sources import load_task_file as load
+
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(json.dumps({"id": f"q{i}", "prompt": f"What is {i}+1?", "answer": str(i + 1)})
+                              for i in range(3)) + "\n")
+    first, again = load(str(path)), load(str(path))
+    assert [t.license for t in first.tasks] == ["unknown"] * 3 and not first.errors and len(again.tasks) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "3 task(s)" in err[0] and "recorded as 'unknown'" in err[0]
+    assert first.manifest_entry()["licenses"] == {"unknown": 3}

@@ -1,6 +1,6 @@
 """MAGIC adaptive entropy controller (Skywork-OR1) and the entropy bonus it scales.
 
-Source: He et al. 2025, Skywork Open Reasoner 1 technical report (MAGIC); survey §7.5:
+Source: He et al. 2025, Skywork Open Reasoner 1 technical report (MAGIC):
 
     c_0 = 0,   c_{k+1} = c_k + Δ if H_k < H*,   c_k − Δ if H_k > H*,   α_k = c_k · 1{H_k ≤ H*}
 

@@ -1,7 +1,11 @@
 """`tracerl inspect RUN_DIR [--step N] [--trajectory ID] [--logprobs]`: trajectories in the terminal.
 
 Tokens are coloured by role (prompt, action, observation, template), so what the policy wrote is
-told apart from what it was shown at a glance. Text is decoded with the run's tokenizer
+told apart from what it was shown at a glance; without colour (`--color never`, a pipe, a file)
+each run of tokens of one role opens with a text marker instead (`⟦action⟧`, `⟦observation⟧`, ...).
+The header shows the advantage and loss weight the learner gave the trajectory (when it reached an
+update); `--logprobs` annotates every action token with its behavior log-probability, the policy
+version that sampled it and its advantage. Text is decoded with the run's tokenizer
 (RUN_DIR/tokenizer, else the latest checkpoint's); without one, token ids are shown.
 """
 
@@ -23,7 +27,8 @@ def register(sub) -> None:
     p.add_argument("--stage", default=None, help="stage to read (default: the stage of the latest step)")
     p.add_argument("--step", type=int, default=None, help="step to show (default: the latest)")
     p.add_argument("--trajectory", default=None, help="one trajectory id (overrides --stage/--step)")
-    p.add_argument("--logprobs", action="store_true", help="show each action token with its behavior log-probability")
+    p.add_argument("--logprobs", action="store_true",
+                   help="show each action token with its behavior log-probability, policy version and advantage")
     p.add_argument("--failures", action="store_true", help="only episodes that were not correct")
     p.add_argument("--truncated", action="store_true", help="only truncated episodes")
     p.add_argument("--tool-errors", action="store_true", help="only episodes with a tool call whose status is not ok")
@@ -60,8 +65,18 @@ def _piece(tokenizer, ids: list[int]) -> str:
     return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-def render_trajectory(traj, tokenizer, *, logprobs: bool, where: str = ""):
-    """A rich renderable: header (reward, ending, provenance), coloured tokens, tool spans."""
+def _token_advantage(credit: dict | None, k: int, action_index: int) -> float | None:
+    if not credit:
+        return None
+    adv = credit.get("advantage")
+    if isinstance(adv, list):  # token-level estimators store one value per action token
+        return adv[action_index] if action_index < len(adv) else None
+    return adv
+
+
+def render_trajectory(traj, tokenizer, *, logprobs: bool, where: str = "", credit: dict | None = None,
+                      markers: bool = False):
+    """A rich renderable: header (reward, ending, provenance, credit), role-marked tokens, tool spans."""
     from rich.console import Group
     from rich.panel import Panel
     from rich.text import Text
@@ -80,7 +95,14 @@ def render_trajectory(traj, tokenizer, *, logprobs: bool, where: str = ""):
     head.append(f"\ntask {traj.task_id}  group {traj.group_id}  env {traj.env_name} {traj.env_revision}  "
                 f"tokens {len(traj)} ({traj.num_action_tokens} action)  policy versions {versions or '-'}"
                 f"  verifier {traj.verifier_name or '-'} {traj.verifier_revision}")
+    if credit:
+        adv = credit["advantage"]
+        shown = f"{adv:+.4g}" if not isinstance(adv, list) else f"per token (mean {sum(adv) / max(len(adv), 1):+.4g})"
+        head.append(f"\nadvantage {shown}  loss weight {credit['loss_weight']:g}  (update at step {credit['update_step']})")
+    else:
+        head.append("\nadvantage -  loss weight -  (no update used this episode)", style="dim")
     body = Text()
+    action_index = 0
     i, n = 0, len(traj)
     while i < n:
         role = TokenRole(traj.roles[i])
@@ -88,13 +110,20 @@ def render_trajectory(traj, tokenizer, *, logprobs: bool, where: str = ""):
         while j < n and traj.roles[j] == role:
             j += 1
         style = ROLE_STYLE[role.label]
+        if markers:
+            body.append(f"⟦{role.label}⟧", style="dim")
         if logprobs and role == TokenRole.ACTION:
             for k in range(i, j):
                 body.append(_piece(tokenizer, [traj.token_ids[k]]), style=style)
-                lp = traj.behavior_logprobs[k]
-                body.append(f"⟨{lp:.2f}⟩" if not math.isnan(lp) else "", style="dim")
+                lp, adv = traj.behavior_logprobs[k], _token_advantage(credit, k, action_index)
+                note = f"{lp:.2f}" if not math.isnan(lp) else "nan"
+                note += f" v{traj.policy_versions[k]}" + (f" A{adv:+.2f}" if adv is not None else "")
+                body.append(f"⟨{note}⟩", style="dim")
+                action_index += 1
         else:
             body.append(_piece(tokenizer, traj.token_ids[i:j]), style=style)
+            if role == TokenRole.ACTION:
+                action_index += j - i
         i = j
     lines = [head, Text(""), body]
     tools = [s for s in traj.spans if s.tool_status is not None or s.tool_name]
@@ -110,14 +139,16 @@ def render_trajectory(traj, tokenizer, *, logprobs: bool, where: str = ""):
     return Panel(Group(*lines), title=f"{traj.trajectory_id}{where}", title_align="left")
 
 
-def legend():
+def legend(markers: bool = False):
     from rich.text import Text
 
     t = Text("roles: ")
     for label, style in ROLE_STYLE.items():
         if label != "pad":
-            t.append(label, style=style)
+            t.append(f"⟦{label}⟧" if markers else label, style=style)
             t.append("  ")
+    if markers:
+        t.append("(no colour: each run of tokens of one role starts with its marker)")
     return t
 
 
@@ -137,7 +168,10 @@ def run(args) -> int:
         if latest is None:
             raise UserError(f"no trajectories stored in {run_path}" + (f" for stage {stage!r}" if stage else ""))
         stage, step = latest
+    from tracerl.store.credit import read_credit
+
     with Store(store_path) as store:
+        credit = read_credit(store)
         trajs = list(store.trajectories(trajectory_id=args.trajectory) if args.trajectory
                      else store.trajectories(stage=stage, step=step))
     if not trajs:
@@ -157,7 +191,9 @@ def run(args) -> int:
     where = f"step {step}" + (f", stage {stage}" if stage else "") if args.trajectory is None else f"trajectory {args.trajectory}"
     console.print(f"{run_path.name}: {where}: showing {len(shown)} of {len(trajs)} matching ({total} stored)"
                   + ("" if tokenizer else "; no tokenizer found, showing token ids"))
-    console.print(legend())
+    markers = console.no_color or console.color_system is None
+    console.print(legend(markers))
     for t in shown:
-        console.print(render_trajectory(t, tokenizer, logprobs=args.logprobs))
+        console.print(render_trajectory(t, tokenizer, logprobs=args.logprobs, credit=credit.get(t.trajectory_id),
+                                        markers=markers))
     return 0

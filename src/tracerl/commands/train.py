@@ -34,7 +34,22 @@ def run(args) -> int:
 
     check_sources(recipe.tasks.sources)  # a missing, empty or all-bad task file: before any run dir
 
+    from tracerl.envs import get_env
+
+    get_env(recipe.env.name)  # an unknown env (a forgotten --import) fails before the run directory exists
+
     from tracerl.train.pipeline import run_recipe
 
-    run_recipe(recipe, resume=args.resume)
+    result = run_recipe(recipe, resume=args.resume)
+    print(next_line(result.run_dir))
     return 0
+
+
+def next_line(run_dir) -> str:
+    """What to do with a finished run: the report, the inspector, an export, the last checkpoint."""
+    from tracerl.store import RunDir
+
+    ckpt = RunDir(run_dir, create=False).latest_checkpoint() if (run_dir / "store.sqlite").exists() else None
+    return (f"next: tracerl report {run_dir} | tracerl inspect {run_dir} | "
+            f"tracerl export {run_dir} --stage eval --out heldout.jsonl"
+            + (f" | checkpoint {ckpt}" if ckpt else ""))

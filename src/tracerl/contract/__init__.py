@@ -1,4 +1,4 @@
-"""The trajectory contract (DESIGN.md §3): roles, endings, records, masks, validation."""
+"""The trajectory contract (docs/architecture.md, "The trajectory contract"): roles, endings, records, masks, validation."""
 
 from tracerl.contract.masks import attention_mask, loss_mask
 from tracerl.contract.roles import TRUNCATIONS, TerminalReason, TokenRole

@@ -15,7 +15,7 @@ _ARRAYS = ("token_ids", "roles", "behavior_logprobs", "policy_versions")
 
 
 def to_dict(traj: Trajectory) -> dict[str, Any]:
-    """JSON-ready dict with DESIGN.md §3 field names; roles as lowercase strings, NaN as None."""
+    """JSON-ready dict with the trajectory contract's field names (docs/architecture.md); roles as lowercase strings, NaN as None."""
     d = dataclasses.asdict(traj)
     d["roles"] = [TokenRole(r).label for r in traj.roles]
     d["behavior_logprobs"] = [None if math.isnan(x) else x for x in traj.behavior_logprobs]

@@ -1,4 +1,4 @@
-"""The trajectory record: one episode from reset to termination (DESIGN.md §3)."""
+"""The trajectory record: one episode from reset to termination (docs/architecture.md, "The trajectory contract")."""
 
 from __future__ import annotations
 

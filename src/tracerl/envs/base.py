@@ -1,4 +1,4 @@
-"""The environment protocol (DESIGN.md §4) and the registry of built-in environments.
+"""The environment protocol (docs/architecture.md, "Tasks and environments") and the registry of built-in environments.
 
 An environment sees text; the agent loop owns tokens. Any object with `name`, `revision`,
 `reset(task, seed)`, `step(action_text)` and `state_hash()` plugs in; no subclassing.
@@ -88,6 +88,10 @@ def env_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+ENTRY_POINT_GROUP = "tracerl.envs"
+_plugins_loaded = False
+
+
 def _load_builtins() -> None:
     import importlib
     import pkgutil
@@ -97,3 +101,30 @@ def _load_builtins() -> None:
     for info in pkgutil.iter_modules(pkg.__path__):
         if info.ispkg:
             importlib.import_module(f"tracerl.envs.{info.name}")
+    _load_entry_points()
+
+
+def _load_entry_points() -> None:
+    """Environments other packages declare under the `tracerl.envs` entry-point group.
+
+    An entry point may name a module (importing it calls `register_env`), an `EnvSpec`, or a
+    callable returning one. A plugin that fails to load prints one line and is skipped, so one
+    broken package never hides the others.
+    """
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    import sys
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            if callable(obj) and not isinstance(obj, EnvSpec):
+                obj = obj()
+            if isinstance(obj, EnvSpec):
+                register_env(obj)
+        except Exception as err:  # a plugin's fault, reported and skipped
+            print(f"tracerl: the {ENTRY_POINT_GROUP} entry point {ep.name!r} ({ep.value}) failed to load "
+                  f"({type(err).__name__}: {err}); fix or uninstall that package", file=sys.stderr)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from tracerl.algorithms.passk import pass_at_k
+from tracerl.telemetry.episodes import tool_calls
 
 
 @dataclasses.dataclass
@@ -104,7 +105,7 @@ def samples_from_trajectories(trajectories: Iterable[Any], is_correct) -> dict[s
 
     tasks: dict[str, list[Sample]] = {}
     for t in trajectories:
-        calls = [s for s in t.spans if s.tool_status is not None]
+        calls = tool_calls(t)
         tasks.setdefault(t.task_id, []).append(Sample(
             correct=bool(is_correct(t)), answer=answer_key(t), tool_calls=len(calls),
             tool_errors=sum(s.tool_status != "ok" for s in calls), truncated=t.truncated,

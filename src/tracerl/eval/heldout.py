@@ -14,6 +14,7 @@ from tracerl.contract import Trajectory
 from tracerl.envs.base import EnvSpec
 from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
 from tracerl.tasks.task import Task
+from tracerl.telemetry.episodes import tool_calls
 
 
 def is_success(traj: Trajectory) -> bool:
@@ -62,9 +63,9 @@ def run_heldout(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], *, sample
         per_task.setdefault(tr.task_id, []).append(is_success(tr))
     n_ok = [sum(v) for v in per_task.values()]
     pass_at = {k: sum(pass_at_k(samples, c, k) for c in n_ok) / len(n_ok) for k in ks if k <= samples}
-    tool_calls = sum(sum(1 for sp in tr.spans if sp.kind == "observation" and sp.tool_name) for tr in trajs)
+    n_calls = sum(len(tool_calls(tr)) for tr in trajs)
     return HeldoutResult(
         success=sum(n_ok) / (len(n_ok) * samples), pass_at=pass_at, n_tasks=len(n_ok), samples=samples,
-        tool_calls_per_episode=tool_calls / len(trajs), truncation_rate=sum(t.truncated for t in trajs) / len(trajs),
+        tool_calls_per_episode=n_calls / len(trajs), truncation_rate=sum(t.truncated for t in trajs) / len(trajs),
         wall_s=time.time() - t0, trajectories=trajs,
         infra_failure_rate=sum(not t.trainable for t in trajs) / len(trajs))

@@ -1,6 +1,6 @@
 """Evaluation protocols: a number is only comparable with numbers measured the same way.
 
-A `Protocol` records everything that changes an evaluation number (survey §11.1 "evaluation"):
+A `Protocol` records everything that changes an evaluation number:
 the model (checkpoint hash), the tokenizer and chat template, the task set and its revision,
 the environment and verifier revisions, sampling parameters, budgets, the sample count n, the k
 list and the aggregation rule.

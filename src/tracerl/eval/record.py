@@ -11,6 +11,7 @@ from typing import Any
 
 from tracerl.eval.aggregate import aggregate, samples_from_trajectories
 from tracerl.eval.protocol import Protocol, write_results
+from tracerl.store.export import run_tokenizer
 
 
 def heldout_protocol(*, model, tokenizer_hashes: dict[str, str], spec, tasks: Sequence[Any], sampling: dict[str, Any],
@@ -28,9 +29,11 @@ def heldout_protocol(*, model, tokenizer_hashes: dict[str, str], spec, tasks: Se
 
 
 def record_evaluation(root, protocol: Protocol, trajectories: Sequence[Any], *, run=None, step: int | None = None,
-                      extra: dict[str, float] | None = None) -> dict[str, float]:
+                      extra: dict[str, float] | None = None, tokenizer=None, samples: int = 8) -> dict[str, float]:
     """Aggregate, write `<root>/eval/<column>/<checkpoint>/`, and (given a RunDir) store the episodes
-    under stage `eval/<column>` and log `eval/<column>/<name>` at `step`. Returns the numbers."""
+    under stage `eval/<column>`, log `eval/<column>/<name>` at `step` and log up to `samples` sample
+    completions (the best and the worst by reward). Both go through the run directory, so every
+    attached logger (TensorBoard, W&B, MLflow) receives them. Returns the numbers."""
     from tracerl.eval.heldout import is_success
 
     per_task = samples_from_trajectories(trajectories, is_success)
@@ -39,4 +42,22 @@ def record_evaluation(root, protocol: Protocol, trajectories: Sequence[Any], *, 
     if run is not None:
         run.store.add_trajectories(list(trajectories), stage=f"eval/{protocol.column}", step=step or 0)
         run.log_metrics(protocol.metric_names(results), stage="eval", step=step or 0)
+        rows = sample_rows(trajectories, tokenizer if tokenizer is not None else run_tokenizer(run), limit=samples)
+        run.log_samples(rows, stage=f"eval/{protocol.column}", step=step or 0)
     return results
+
+
+def sample_rows(trajectories: Sequence[Any], tokenizer=None, *, limit: int = 8) -> list[dict[str, Any]]:
+    """Up to `limit` rows for a samples table: the best half and the worst half by reward."""
+    from tracerl.eval.heldout import is_success
+    from tracerl.store.export import decode_parts
+
+    ranked = sorted(trajectories, key=lambda t: -t.reward)
+    picked = ranked if len(ranked) <= limit else ranked[: limit - limit // 2] + ranked[len(ranked) - limit // 2:]
+    rows = []
+    for t in picked:
+        _, completion = decode_parts(t, tokenizer)
+        rows.append({"task_id": t.task_id, "reward": round(float(t.reward), 4), "success": bool(is_success(t)),
+                     "terminal_reason": t.terminal_reason.value if t.terminal_reason else None,
+                     "completion": completion})
+    return rows

@@ -1,4 +1,10 @@
-"""Load any Hugging Face causal LM and tokenizer from a local directory (no hub access)."""
+"""Load any Hugging Face causal LM and tokenizer from local files (never a download).
+
+`model.path` may be a directory, `pkg:NAME` (model files inside an installed Python package), or
+a hub model id (`org/name`) that is already in the local Hugging Face cache. A GGUF file is
+dequantised by transformers on load; the result is turned into a plain float module (no
+quantizer attached), so checkpoints save in ordinary Hugging Face format and reload without GGUF.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +28,45 @@ def resolve_model_path(path: str | Path) -> Path:
         if spec is None or not spec.submodule_search_locations:
             raise UserError(f"model.path {text!r} names package {name!r}, which is not installed; pip install it or give a directory")
         return Path(list(spec.submodule_search_locations)[0])
-    return Path(text).expanduser()
+    local = Path(text).expanduser()
+    if not local.exists() and _looks_like_model_id(text):
+        cached = _hf_cache_snapshot(text)
+        if cached is not None:
+            return cached
+        raise UserError(f"model.path {text!r} is neither a local directory nor a model in the local Hugging Face "
+                        "cache (tracerl never downloads); fetch it once with `huggingface-cli download "
+                        f"{text}` or point model.path at a directory")
+    return local
+
+
+def _looks_like_model_id(text: str) -> bool:
+    parts = text.split("/")
+    return len(parts) == 2 and all(parts) and not text.startswith((".", "~"))
+
+
+def _hf_cache_snapshot(model_id: str) -> Path | None:
+    """The cached snapshot directory of `model_id`, looked up with local_files_only (no network)."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(model_id, local_files_only=True))
+    except Exception:  # not cached (LocalEntryNotFoundError), or an invalid id
+        return None
+
+
+def plain_module(model):
+    """Detach a dequantised GGUF model from its quantizer so it trains and saves like any model."""
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+    for obj in (model, model.config):
+        if getattr(obj, "quantization_config", None) is not None:
+            try:
+                delattr(obj, "quantization_config")
+            except AttributeError:
+                obj.quantization_config = None
+    if hasattr(model, "is_quantized") and not isinstance(type(model).__dict__.get("is_quantized"), property):
+        model.is_quantized = False
+    return model
 
 
 def _check_config_json(path: Path) -> None:
@@ -53,6 +97,8 @@ def load_model_and_tokenizer(path: str | Path, *, gguf_file: str | None = None, 
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     tokenizer = AutoTokenizer.from_pretrained(p, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(p, dtype=torch_dtype, **kwargs)
+    if gguf_file:
+        model = plain_module(model)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if not getattr(tokenizer, "chat_template", None):

@@ -28,7 +28,7 @@ from tracerl.contract import TerminalReason, TokenRole, Trajectory, ids_sha256, 
 from tracerl.envs.base import EnvSpec
 from tracerl.rollout.engine import StatelessSession, TorchEngine
 from tracerl.rollout.env_threads import EnvThread, run_all
-from tracerl.rollout.render import encode_observation, render_prompt
+from tracerl.rollout.render import observation_bounds, render_observation, render_prompt
 from tracerl.tasks.task import Task
 
 
@@ -172,11 +172,13 @@ def _take_step(ep: _Episode, sample, text: str, step, state_hash: str, spec: Env
         _finish(ep, spec, TerminalReason.EOS, None)  # the policy stopped without a final answer
         return
     if step.observation is not None:
-        obs_ids = encode_observation(tok, step.observation)
+        obs_ids, obs_roles = render_observation(tok, step.observation)  # the tool role when the template has one
         if len(traj) + len(obs_ids) >= budgets.max_tokens:  # no room for the answer to it
             _finish(ep, spec, TerminalReason.MAX_TOKENS, None)
             return
-        s, e = traj.append(obs_ids, TokenRole.OBSERVATION)
+        base = len(traj)
+        _append_by_role(traj, obs_ids, obs_roles)
+        s, e = (base + i for i in observation_bounds(obs_roles))  # the span covers the observation proper
         traj.add_span("observation", s, e, tool_name=info.get("tool"), tool_request=text,
                       tool_status=info.get("tool_status", "invalid_action" if info.get("invalid_action") else None),
                       tool_latency_s=info.get("tool_latency_s"),

@@ -31,3 +31,60 @@ def render_prompt(tokenizer, messages: list[Message]) -> tuple[list[int], list[T
 def encode_observation(tokenizer, text: str) -> list[int]:
     """Observations are tokenized on their own and appended; nothing before them is re-tokenized."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+_PROBE_USER, _PROBE_ACTION, _PROBE_OBS = "\x00u\x00", "\x00a\x00", "\x00o\x00"
+
+
+def tool_role_wrap(tokenizer) -> tuple[str, str] | None:
+    """(text before, text after) an observation when the chat template has a tool role, else None.
+
+    The template "has a tool role" when its source names the role `tool` and rendering
+    [user, assistant, tool] keeps the tool message's content intact. `before` closes the policy's
+    turn and opens the tool turn; `after` closes it and opens the next assistant turn (the
+    generation prompt). Cached on the tokenizer.
+    """
+    cached = getattr(tokenizer, "_tracerl_tool_wrap", False)
+    if cached is not False:
+        return cached
+    wrap = None
+    template = getattr(tokenizer, "chat_template", None) or ""
+    if isinstance(template, str) and ("'tool'" in template or '"tool"' in template):
+        try:
+            text = tokenizer.apply_chat_template(
+                [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_ACTION},
+                 {"role": "tool", "content": _PROBE_OBS}], tokenize=False, add_generation_prompt=True)
+            a, o = text.find(_PROBE_ACTION), text.find(_PROBE_OBS)
+            if 0 <= a < o:
+                wrap = (text[a + len(_PROBE_ACTION):o], text[o + len(_PROBE_OBS):])
+        except Exception:  # a template that rejects the probe has no usable tool role
+            wrap = None
+    try:
+        tokenizer._tracerl_tool_wrap = wrap
+    except AttributeError:
+        pass
+    return wrap
+
+
+def render_observation(tokenizer, text: str) -> tuple[list[int], list[TokenRole]]:
+    """An observation's ids and roles, appended after the policy's turn.
+
+    Through the chat template's tool role when it has one: the text that closes the policy's turn
+    and opens the tool turn, and the text that closes it and reopens the assistant turn, are
+    TEMPLATE; the observation itself is OBSERVATION. Without a tool role the observation is inline
+    (all OBSERVATION). Each piece is tokenized on its own and appended (token in, token out):
+    nothing already in the sequence, the policy's sampled ids included, is re-tokenized.
+    """
+    wrap = tool_role_wrap(tokenizer)
+    body = encode_observation(tokenizer, text)
+    if wrap is None:
+        return body, [TokenRole.OBSERVATION] * len(body)
+    before, after = (encode_observation(tokenizer, w) if w else [] for w in wrap)
+    return (before + body + after,
+            [TokenRole.TEMPLATE] * len(before) + [TokenRole.OBSERVATION] * len(body) + [TokenRole.TEMPLATE] * len(after))
+
+
+def observation_bounds(roles: list[TokenRole]) -> tuple[int, int]:
+    """[start, end) of the OBSERVATION tokens inside a rendered observation (its span's extent)."""
+    inside = [i for i, r in enumerate(roles) if r == TokenRole.OBSERVATION]
+    return (inside[0], inside[-1] + 1) if inside else (len(roles), len(roles))

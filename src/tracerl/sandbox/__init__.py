@@ -1,4 +1,4 @@
-"""Isolated execution of untrusted code (DESIGN.md §5). See `Sandbox` for what is and is not isolated.
+"""Isolated execution of untrusted code (docs/architecture.md, "The sandbox"). See `Sandbox` for what is and is not isolated.
 
     from tracerl.sandbox import Sandbox, Limits
     with Sandbox() as box:

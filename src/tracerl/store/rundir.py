@@ -1,4 +1,4 @@
-"""The run directory (DESIGN.md §8): manifest, resolved config, store, metrics, checkpoints."""
+"""The run directory (docs/architecture.md, "Configuration and runs"): manifest, resolved config, store, metrics, checkpoints."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ class RunDir:
         elif not self.store_path.exists():
             raise UserError(f"{self.path} is not a tracerl run directory (no store.sqlite); pass the folder a `tracerl train` run wrote")
         self._store: Store | None = None
+        self.sinks: list[Any] = []  # telemetry.loggers.MetricLoggers attach here: one path for every metric
 
     @classmethod
     def new(cls, root: str | Path, name: str) -> "RunDir":
@@ -91,6 +92,20 @@ class RunDir:
         with self.metrics_path.open("a") as f:
             f.write(json.dumps({"stage": stage, "step": step, **clean}) + "\n")
         self.store.add_metrics(clean, stage=stage, step=step)
+        for sink in self.sinks:
+            sink.write(clean, stage=stage, step=step)
+
+    @property
+    def samples_path(self) -> Path:
+        return self.path / "samples.jsonl"
+
+    def log_samples(self, rows: list[dict[str, Any]], *, stage: str, step: int) -> None:
+        """Append sample completions (one dict per row) to samples.jsonl and hand them to every sink."""
+        with self.samples_path.open("a") as f:
+            for row in rows:
+                f.write(json.dumps({"stage": stage, "step": step, **row}, default=str) + "\n")
+        for sink in self.sinks:
+            sink.write_samples(rows, stage=stage, step=step)
 
     def read_metrics(self) -> list[dict[str, Any]]:
         if not self.metrics_path.exists():

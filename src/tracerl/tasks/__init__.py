@@ -1,4 +1,4 @@
-"""Task sources, generators, filters, curricula and mixtures (DESIGN.md §2, §4).
+"""Task sources, generators, filters, curricula and mixtures (docs/architecture.md, "The layout" and "Tasks and environments").
 
 Entry points: `build_pool` (load, validate, filter), `make_sampler` (uniform / mixture /
 curriculum), `dynamic_sample` (non-zero-variance groups), `profile` and `DifficultyProfile`

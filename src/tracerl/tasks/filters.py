@@ -1,7 +1,7 @@
 """Filters over the training pool; each discard is a ledger record with its filter and reason.
 
 Filters judge training tasks only: held-out tasks pass through untouched (their membership is fixed
-when they are created, DESIGN.md §4), though they may serve as an evaluation set for decontamination.
+when they are created, docs/architecture.md, "Tasks and environments"), though they may serve as an evaluation set for decontamination.
 Order: malformed → too short → exact duplicate → near duplicate → contaminated → all-pass → all-fail,
 so a task is recorded once, under the first filter that removes it.
 """

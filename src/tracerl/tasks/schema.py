@@ -10,7 +10,7 @@ silently dropped; rename columns with a source's `field_map` or nest extras unde
 | `answer` / `tests` | any JSON value | at least one of the two |
 | `split` | `train` or `heldout` | no: the source's default split |
 | `metadata` | object (a JSON string of an object is accepted, as Parquet often stores one) | no |
-| `license` | non-empty string | unless the source declares one |
+| `license` | non-empty string | no: the source's license, else `unknown` (recorded in the manifest, warned once per source) |
 | `source_revision` | string | no: the source's revision (by default the file's content hash) |
 | `difficulty` | finite number | no |
 | `source` | string | no: the source's name (lets one file hold several domains) |
@@ -27,6 +27,7 @@ from typing import Any
 from tracerl.tasks.task import SPLITS, Task
 
 FIELDS = ("id", "prompt", "answer", "tests", "split", "metadata", "license", "source_revision", "difficulty", "source")
+UNKNOWN_LICENSE = "unknown"
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -76,8 +77,11 @@ def row_to_task(row: Any, defaults: RowDefaults) -> Task:
         raise RowProblem(f"split is {split!r}; use one of {', '.join(SPLITS)}")
     metadata = _metadata(row.get("metadata", {}))
     license_ = row.get("license", defaults.license)
+    if license_ is None:  # missing provenance is recorded, not fatal: a first task file should just load
+        license_ = UNKNOWN_LICENSE
     if not isinstance(license_, str) or not license_.strip():
-        raise RowProblem("the row has no `license` and its source declares none (set `license` on the source)")
+        raise RowProblem(f"license must be a non-empty string, got {license_!r} (or leave it out: it is then "
+                         f"recorded as {UNKNOWN_LICENSE!r})")
     revision = row.get("source_revision", defaults.revision)
     if not isinstance(revision, str):
         raise RowProblem(f"source_revision must be a string, got {type(revision).__name__}")

@@ -12,13 +12,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tracerl.errors import UserError
 from tracerl.tasks.config import TaskSourceConfig
-from tracerl.tasks.schema import RowDefaults, RowError, RowProblem, row_to_task
+from tracerl.tasks.schema import UNKNOWN_LICENSE, RowDefaults, RowError, RowProblem, row_to_task
 from tracerl.tasks.task import Task, tasks_sha256
 
 
@@ -40,7 +42,8 @@ class LoadedSource:
     def manifest_entry(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "location": self.location, "content_sha256": self.content_sha256,
                 "tasks_sha256": self.tasks_sha256, "revisions": sorted({t.source_revision for t in self.tasks}),
-                "num_tasks": len(self.tasks), "num_bad_rows": len(self.errors)}
+                "num_tasks": len(self.tasks), "num_bad_rows": len(self.errors),
+                "licenses": dict(sorted(Counter(t.license for t in self.tasks).items()))}
 
 
 def validate_rows(rows: Iterable[tuple[int, Any]], defaults: RowDefaults, location: str, unit: str,
@@ -65,7 +68,19 @@ def validate_rows(rows: Iterable[tuple[int, Any]], defaults: RowDefaults, locati
             continue
         first_seen[task.id] = number
         tasks.append(task)
+    _warn_unknown_license(location, tasks)
     return tasks, errors
+
+
+_warned_license: set[str] = set()
+
+
+def _warn_unknown_license(location: str, tasks: list[Task]) -> None:
+    n = sum(t.license == UNKNOWN_LICENSE for t in tasks)
+    if n and location not in _warned_license:
+        _warned_license.add(location)
+        print(f"tracerl: warning: {n} task(s) of {location} declare no license; recorded as "
+              f"{UNKNOWN_LICENSE!r} in the manifest (set `license` on the source or on each row)", file=sys.stderr)
 
 
 def _jsonl_rows(data: bytes, location: str) -> Iterable[tuple[int, Any]]:

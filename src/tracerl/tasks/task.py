@@ -1,4 +1,4 @@
-"""A task is data, never code (DESIGN.md §4)."""
+"""A task is data, never code (docs/architecture.md, "Tasks and environments")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Telemetry (DESIGN.md §2): metric calculators, gates and loggers.
+"""Telemetry (docs/architecture.md, "The layout"): metric calculators, gates and loggers.
 
 The trainer calls `step_metrics(...)` once per RL step, passes the result to `MetricLoggers.log`
 and to `GateMonitor.update`, and stops on a `GateTrip`. See docs/telemetry.md for every metric's

@@ -5,7 +5,9 @@ Denominators are part of each metric's meaning, so they are fixed here:
 - reward, group, length and correctness metrics use *trainable* episodes (an `infra_failure` is
   counted in `rollout/infra_failures`, never averaged into a reward);
 - `rollout/truncation_rate` is truncated episodes / all episodes;
-- a tool call is a span with a `tool_status`; a tool error is one whose status is not "ok";
+- a tool call is an observation span whose env named the tool it ran (`info["tool"]`, the span's
+  `tool_name`): `tool_calls(traj)`, the one definition the console, the report and the held-out
+  numbers all use; a tool error is a call whose status is not "ok";
   `tool/error_rate` = errors / calls, `tool/calls_per_episode` = calls / episodes;
 - an invalid action is a span whose status is one of `INVALID_STATUSES`;
   `env/invalid_action_rate` = invalid actions / action turns (spans of kind "action");
@@ -35,6 +37,11 @@ def is_correct(traj: Trajectory, component: str = "correct") -> bool:
     if traj.terminal_reason in (TerminalReason.ENV_SUCCESS, TerminalReason.ENV_FAILURE):
         return traj.terminal_reason == TerminalReason.ENV_SUCCESS
     return traj.reward > 0
+
+
+def tool_calls(traj: Trajectory) -> list:
+    """The spans of `traj` that are tool calls: observations the env attributed to a named tool."""
+    return [s for s in traj.spans if s.kind == "observation" and s.tool_name is not None]
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -105,9 +112,9 @@ def rollout_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
 def tool_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     if not trajs:
         return {}
-    calls = [s for t in trajs for s in t.spans if s.tool_status is not None]
+    calls = [s for t in trajs for s in tool_calls(t)]
     turns = sum(1 for t in trajs for s in t.spans if s.kind == "action")
-    invalid = sum(1 for s in calls if s.tool_status in INVALID_STATUSES)
+    invalid = sum(1 for t in trajs for s in t.spans if s.tool_status in INVALID_STATUSES)
     out = {"tool/calls": float(len(calls)), "tool/calls_per_episode": len(calls) / len(trajs),
            "env/invalid_actions": float(invalid), "env/turns_per_episode": turns / len(trajs)}
     if turns:

@@ -1,6 +1,6 @@
 """Exploration: entropy of generated tokens, stratified by action type and advantage sign; diversity.
 
-Action types (survey §11.3 "conditional entropy by … action type"):
+Action types (entropy is reported per action type, not only overall):
 
 - `tool_call`  tokens inside a tool request (`<code>…</code>`, `<search>…</search>`, `<tool_call>…`),
 - `answer`     tokens inside the final answer (`<answer>…</answer>`),

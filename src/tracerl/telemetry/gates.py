@@ -1,6 +1,6 @@
 """Gates: recipe-declared limits that stop training when a run stops being interpretable.
 
-"The stop condition is part of the scientific method" (survey §11.4): a reward curve after an
+A stop condition is part of an experiment: a reward curve after an
 entropy collapse or a verifier exploit cannot be read. Each gate watches one metric of
 `step_metrics` and trips after `patience` consecutive steps outside its limit. A step where the
 metric is missing or NaN neither trips nor resets the count.

@@ -1,4 +1,4 @@
-"""Policy movement and importance-weight health over a batch of N action tokens (survey §11.3).
+"""Policy movement and importance-weight health over a batch of N action tokens.
 
     w_t   = π_θ(a_t|s_t) / π_beh(a_t|s_t) = exp(log π_θ − log π_beh)      importance weight
     ESS   = (Σ_t w_t)² / Σ_t w_t²                                       effective sample size

@@ -3,8 +3,8 @@
 Fixed prefixes are continued by the engine (KV cache, left padding, incremental positions) and
 re-scored by the learner's full forward pass (right padding, `train.batch.token_logprobs`). An
 async or remote engine that silently drifts (precision, kernels, a missed weight sync) shows up
-here before it shows up as a mysterious KL spike (survey §10 Level 5, §11.3 "learner/rollout
-log-probability mismatch").
+here before it shows up as a mysterious KL spike (a learner/rollout
+log-probability mismatch).
 
 - `probe/token_agreement`   greedy continuation: share of positions where the learner's argmax is
                             the engine's token (top-1 agreement).

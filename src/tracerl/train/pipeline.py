@@ -1,4 +1,4 @@
-"""Run a recipe end to end: build or load the model, then its stages in order (DESIGN.md §1).
+"""Run a recipe end to end: build or load the model, then its stages in order (docs/architecture.md, "The loop").
 
 `run_recipe` creates the run directory, writes the resolved config and the manifest, and runs
 `sft`, `eval` and `rl` stages as listed. Every held-out evaluation uses the same frozen

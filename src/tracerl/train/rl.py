@@ -23,6 +23,7 @@ from tracerl.algorithms.spec import AlgorithmState, StepContext
 from tracerl.config import Recipe
 from tracerl.contract import Trajectory
 from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
+from tracerl.store.credit import per_trajectory, record_credit
 from tracerl.tasks import Sampler, next_groups
 from tracerl.telemetry import GateMonitor, GateTripped, step_metrics
 from tracerl.telemetry.exploration import tag_classifier, tokenizer_pieces
@@ -148,6 +149,8 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
                             truncation_penalty=cfg.truncation_penalty)
             rewards, shaping = algo.shape_rewards(batch, trajs, ctx)
             stats, adv = rl_update(algo, roles, batch, rewards, minibatches=cfg.minibatches, ctx=ctx)
+            record_credit(store, state.step, batch.trajectory_ids, per_trajectory(adv, batch.action_BT),
+                          batch.weight_B.tolist())  # advantage and loss weight per trajectory: export / inspect
             if "updates" in stats:  # no optimizer step when every row had zero advantage
                 roles.policy.scheduler.step()
             stats |= {"entropy_coef": ctx.entropy_coef} if algo.entropy.active else {}

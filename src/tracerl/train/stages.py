@@ -1,4 +1,4 @@
-"""RL stages and their task pools: what the trainer draws from, and how it got there (DESIGN.md §2).
+"""RL stages and their task pools: what the trainer draws from, and how it got there (docs/architecture.md, "The layout").
 
 A run has one RL stage (`rl.steps`) or several (`rl.stages`). Each stage resolves its own recipe
 (group size, prompts per step, length budget) and task config (sources, filters, sampler); unset

@@ -1,4 +1,4 @@
-"""Verifiers (DESIGN.md §6): programs that decide rewards, each with a name, a revision and an
+"""Verifiers (docs/architecture.md, "Verifiers"): programs that decide rewards, each with a name, a revision and an
 audit set of outputs that must not be rewarded (and of outputs that must).
 
     from tracerl.verifiers import MathEquivalence, RewardComposer

@@ -1,9 +1,11 @@
 """Generalized advantage estimation over the selected (action) positions of each row.
 
 Source: Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage
-Estimation", eqs. 16 and 19; reference 002 §5.3 (terminal vs truncated bootstrap, token masks).
-Decoupled λ and the length-adaptive policy λ are VAPO's (Yue et al. 2025) after Seed1.5-Thinking
-(survey §3.5): λ_value = 1 for the value target, λ_policy = 1 − 1/(α·l) with l the response length.
+Estimation", eqs. 16 and 19; a terminal step bootstraps
+from 0 and a truncated one from its value, over action positions only.
+Decoupled λ and the length-adaptive policy λ are VAPO's (Yue et al. 2025, "VAPO: Efficient and Reliable
+Reinforcement Learning for Advanced Reasoning Tasks") after Seed1.5-Thinking:
+λ_value = 1 for the value target, λ_policy = 1 − 1/(α·l) with l the response length.
 
 The steps of row b are its positions with mask 1, in order; positions with mask 0 (prompt, tool
 observation, template, padding) are skipped, so an observation between two actions does not break

@@ -1,6 +1,6 @@
 """GiGPO: episode-relative plus anchor-state step-relative advantages, without extra rollouts.
 
-Source: Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training"; survey §7.7.
+Source: Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training".
 For G episodes of one task (one group), with per-step rewards r and discounted returns
 G_{i,t} = Σ_{u≥t} γ^{u−t} r_{i,u}:
 

@@ -1,7 +1,7 @@
 """MOPD dense token advantage: stopgrad(log π_teacher − log π_prox) on the student's own tokens.
 
 Source: NVIDIA Nemotron 3 Ultra report (multi-teacher on-policy distillation, async form) and
-Nemotron-Cascade 2 (multi-domain on-policy distillation); survey §4.7 and §4.9. The advantage is the
+Nemotron-Cascade 2 (multi-domain on-policy distillation). The advantage is the
 per-token negative reverse-KL sample: positive where the teacher likes the student's token more than
 the proximal student does. It is then used with the decoupled PPO loss (behaviour correction
 π_prox/π_beh, update ratio π_θ/π_prox) or with `losses.mopd_loss`. Zero off the mask.

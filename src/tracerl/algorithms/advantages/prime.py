@@ -1,6 +1,6 @@
 """PRIME: implicit process rewards with separate leave-one-out baselines for process and outcome.
 
-Source: Cui et al. 2025, "Process Reinforcement through Implicit Rewards" (PRIME); survey §7.4.
+Source: Cui et al. 2025, "Process Reinforcement through Implicit Rewards" (PRIME).
 
     r_φ,t = β · (log π_φ(y_t) − log π_ref(y_t))                        implicit process reward
     r̄_φ,j = mean over rollout j's selected tokens of r_φ

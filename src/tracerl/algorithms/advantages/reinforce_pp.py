@@ -1,7 +1,7 @@
 """REINFORCE++ advantages: global-batch normalisation, and the group-baseline variant.
 
 Source: Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models"
-(as exposed by OpenRLHF, survey §7.8).
+(as exposed by OpenRLHF).
 
     reinforce_pp:           A_i = (R_i − mean_batch R) / (std_batch R + eps)
     reinforce_pp_baseline:  A_i = (R_i − mean_g R) / (std_batch(R − mean_g R) + eps)

@@ -1,4 +1,4 @@
-"""The three loss aggregations; each one is a different objective, not a detail (survey §2.3, §8.1).
+"""The three loss aggregations; each one is a different objective, not a detail.
 
     token     Σ_{i,t} m·ℓ / Σ_{i,t} m              token-global (DAPO; Skywork MAGIC)
     sequence  mean_i ( Σ_t m·ℓ / Σ_t m )            per-response mean, then mean (original GRPO)

@@ -1,13 +1,13 @@
 """Training–inference mismatch corrections and the effective sample size of importance weights.
 
 The rollout engine's log-probabilities (π_rollout / π_beh) differ from the trainer's recomputation
-(π_train) because of kernels, precision and stale weights (survey §2.4, §8.5).
+(π_train) because of kernels, precision and stale weights.
 
     tis:  w = min(π_train/π_rollout, cap)                    truncated importance sampling
     mis:  w = π_train/π_rollout  if low ≤ ratio ≤ high,  else the token is dropped (mask 0)
 
 Sources: Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training"
-(TIS); NVIDIA Nemotron 3 Nano/Super (masked importance sampling, survey §4.6, §4.8). The weights are
+(TIS); NVIDIA Nemotron 3 Nano/Super (masked importance sampling). The weights are
 detached; pass them as `weights_BT` to `policy_loss` / `decoupled_ppo` (and the MIS mask as the mask).
 
 ESS of weights w over the selected tokens: (Σw)² / Σw², reported absolute and as a fraction of the

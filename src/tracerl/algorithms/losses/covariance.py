@@ -1,7 +1,7 @@
 """Covariance-targeted entropy control: Clip-Cov and KL-Cov.
 
 Source: Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning Language
-Models"; survey §8.2. Entropy falls when tokens whose log-probability and advantage co-vary
+Models". Entropy falls when tokens whose log-probability and advantage co-vary
 positively dominate the update. Over the N selected tokens of the batch:
 
     Cov_t = (log π_θ(y_t) − mean log π_θ) · (A_t − mean A)

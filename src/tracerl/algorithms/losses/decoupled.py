@@ -1,7 +1,7 @@
 """Decoupled PPO (AReaL): behaviour correction times a surrogate clipped around the proximal policy.
 
 Source: Fu et al. 2025, "AReaL: A Large-Scale Asynchronous Reinforcement Learning System for Language
-Reasoning"; survey §2.4 and §7.3. Three policies: π_beh sampled the token, π_prox is the snapshot
+Reasoning". Three policies: π_beh sampled the token, π_prox is the snapshot
 before this update (the trust-region centre), π_θ is being trained.
 
     c_t = π_prox/π_beh  (detached; optionally capped)      r_t = π_θ/π_prox

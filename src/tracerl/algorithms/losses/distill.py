@@ -1,6 +1,6 @@
 """MOPD loss: on-policy distillation from a teacher on the student's own samples.
 
-Source: NVIDIA Nemotron-Cascade 2 (multi-domain on-policy distillation), survey §4.7. The ideal
+Source: NVIDIA Nemotron-Cascade 2 (multi-domain on-policy distillation). The ideal
 objective is the negative reverse KL  J = E_{y∼π_θ} Σ_t [log π_T(y_t) − log π_θ(y_t)].  Its policy
 gradient uses the dense advantage A_t = stopgrad(log π_T − log π_train) on sampled tokens; the
 implemented loss weights each token by the train/inference ratio ρ_t = π_train/π_inf and keeps only

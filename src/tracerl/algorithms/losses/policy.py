@@ -1,6 +1,6 @@
 """PPO-style clipped policy loss with asymmetric clipping (clip-higher) and optional dual clip.
 
-Per token, with ρ = π_θ/π_old = exp(logprobs − old_logprobs) and advantage A (survey §2.3):
+Per token, with ρ = π_θ/π_old = exp(logprobs − old_logprobs) and advantage A:
 
     s = min(ρ·A, clip(ρ, 1 − ε_low, 1 + ε_high)·A)         clipped surrogate
     s = max(s, c·A)             where A < 0, if dual_clip=c  (Ye et al. 2020, dual-clip PPO, c > 1)

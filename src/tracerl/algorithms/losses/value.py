@@ -1,11 +1,11 @@
 """Clipped value loss for a learned critic (PPO/VAPO), and VAPO's positive-example NLL term.
 
-Value loss, per token (Schulman et al. 2017 as implemented in OpenAI baselines; survey §3.5):
+Value loss, per token (Schulman et al. 2017 as implemented in OpenAI baselines):
 
     v_clip = old_V + clip(V − old_V, −ε_v, ε_v)
     ℓ = ½ · max((V − R)², (v_clip − R)²)          (plain ½ (V − R)² when clip is None)
 
-Positive-example NLL (Yue et al. 2025, VAPO; Seed1.5-Thinking, survey §3.5 item 7):
+Positive-example NLL (Yue et al. 2025, VAPO; Seed1.5-Thinking):
 L = L_PPO + μ · L_NLL with L_NLL the token-mean negative log-likelihood of the selected tokens of
 responses whose reward exceeds `threshold` (successful samples). The caller adds μ·L_NLL.
 """

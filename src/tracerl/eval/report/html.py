@@ -1,4 +1,8 @@
-"""`build_report(run_dir)`: report/index.html (self-contained: inline CSS, relative PNGs) + plots."""
+"""`build_report(run_dir)`: report/index.html (self-contained: inline CSS, relative PNGs) + plots.
+
+`build_report(run_a, others=[run_b, ...])` overlays several runs in one page (each series labelled
+by its run) and adds a table of their held-out results side by side.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.eval.protocol import read_results
-from tracerl.eval.report.plots import render_figures
-from tracerl.eval.report.series import last_values, load_series
+from tracerl.eval.report.episodes import breakdown_series, sample_table
+from tracerl.eval.report.plots import RUN_SEP, render_figures
+from tracerl.eval.report.series import Series, last_values, load_series
 
 CSS = """
 body{font-family:-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px auto;max-width:1180px;color:#1d2330;background:#fff}
@@ -58,12 +63,84 @@ def _events(run_path: Path) -> list[dict[str, Any]]:
         return store.events()
 
 
-def build_report(run_dir: str | Path) -> Path:
+def protocol_labels(run_path: Path) -> dict[str, str]:
+    """A readable name for each protocol column of a run: environment, split, tasks, n, temperature."""
+    by_col: dict[str, dict] = {}
+    for e in read_results(run_path):
+        p = e.get("protocol", {})
+        if p.get("column"):
+            by_col[p["column"]] = p
+    names = {col: f"{p.get('env_name', '?')} {p.get('split', '')} {p.get('num_tasks', '?')} tasks, n={p.get('n', '?')}, "
+                  f"T={p.get('sampling', {}).get('temperature', '?')}" for col, p in by_col.items()}
+    clash = {v for v in names.values() if list(names.values()).count(v) > 1}
+    return {col: (f"{v} ({col[:6]})" if v in clash else v) for col, v in names.items()}
+
+
+def run_series(run_path: Path) -> Series:
+    return load_series(run_path) | breakdown_series(run_path)
+
+
+def _eval_summary(run_path: Path) -> list[dict[str, Any]]:
+    summary = run_path / "summary.json"
+    try:
+        return json.loads(summary.read_text()).get("evals", []) if summary.exists() else []
+    except json.JSONDecodeError:
+        return []
+
+
+def build_comparison(run_dirs: list[str | Path], out: str | Path | None = None, *, smooth: float = 0.0) -> Path:
+    """One page overlaying several runs; returns the path of its index.html."""
+    paths = [Path(r) for r in run_dirs]
+    out = Path(out) if out else paths[0] / "report" / "compare"
+    names = [p.name for p in paths]
+    if len(set(names)) < len(names):  # two runs of one name: tell them apart by their parent folder
+        names = [f"{p.parent.name}/{p.name}" for p in paths]
+    series: Series = {}
+    labels: dict[str, str] = {}
+    for name, path in zip(names, paths):
+        for (stage, metric), pts in run_series(path).items():
+            series[(f"{name}{RUN_SEP}{stage}", metric)] = pts
+        labels |= protocol_labels(path)
+    figures = render_figures(series, out, labels=labels, smooth=smooth)
+    parts = [f"<h1>tracerl comparison — {html.escape(' vs '.join(names))}</h1>",
+             f'<div class="sub">written {_dt.datetime.now().isoformat(timespec="seconds")}; each series is '
+             "labelled by its run; held-out numbers compare only within one protocol</div>"]
+    rows = [[name, e.get("after", ""), e.get("step", ""), e.get("eval/success", float("nan")),
+             labels.get(e.get("protocol", ""), e.get("protocol", ""))]
+            for name, path in zip(names, paths) for e in _eval_summary(path)]
+    if rows:
+        parts.append("<h2>Held-out success</h2>" + _table(["run", "after", "step", "success", "protocol"], rows))
+    parts += _figure_html(figures)
+    return _write_page(out, " vs ".join(names), parts)
+
+
+def _figure_html(figures) -> list[str]:
+    parts = ["<h2>Plots</h2>"]
+    for spec, recorded in figures:
+        note = "" if recorded else ' <span class="missing">(not recorded in this run)</span>'
+        parts.append(f'<div class="fig"><h3>{html.escape(spec.title)}{note}</h3>'
+                     f'<img src="{spec.file}" alt="{html.escape(spec.title)}">'
+                     f'<div class="cap">{html.escape(spec.caption)}</div></div>')
+    return parts
+
+
+def _write_page(out: Path, title: str, parts: list[str]) -> Path:
+    page = ("<!doctype html><html><head><meta charset='utf-8'><title>tracerl report — "
+            f"{html.escape(title)}</title><style>{CSS}</style></head><body>"
+            + "\n".join(parts) + "</body></html>")
+    out.mkdir(parents=True, exist_ok=True)
+    index = out / "index.html"
+    index.write_text(page)
+    return index
+
+
+def build_report(run_dir: str | Path, *, smooth: float = 0.0) -> Path:
     """Render the run's report; returns the path of index.html."""
     run_path = Path(run_dir)
     out = run_path / "report"
-    series = load_series(run_path)
-    figures = render_figures(series, out)
+    series = run_series(run_path)
+    labels = protocol_labels(run_path)
+    figures = render_figures(series, out, labels=labels, smooth=smooth)
     manifest = json.loads((run_path / "manifest.json").read_text()) if (run_path / "manifest.json").exists() else {}
     events = _events(run_path)
     evals = read_results(run_path)
@@ -82,18 +159,21 @@ def build_report(run_dir: str | Path) -> Path:
         parts.append(_table(["key", "value"], [list(r) for r in chosen]))
     else:
         parts.append('<p class="missing">manifest.json not recorded</p>')
-    parts.append("<h2>Plots</h2>")
-    for spec, recorded in figures:
-        note = "" if recorded else ' <span class="missing">(not recorded in this run)</span>'
-        parts.append(f'<div class="fig"><h3>{html.escape(spec.title)}{note}</h3>'
-                     f'<img src="{spec.file}" alt="{html.escape(spec.title)}">'
-                     f'<div class="cap">{html.escape(spec.caption)}</div></div>')
+    parts += _figure_html(figures)
+    samples = sample_table(run_path)
+    if samples:
+        parts.append("<h2>Sample trajectories</h2><div class='sub'>the best and the worst episode (by reward) of "
+                     "each of the last RL steps; <code>tracerl inspect RUN --trajectory ID</code> shows one in full</div>"
+                     + _table(["step", "", "reward", "correct", "ending", "task", "trajectory", "completion"],
+                              [[r["step"], r["which"], r["reward"], "yes" if r["correct"] else "no", r["ending"],
+                                r["task"], r["trajectory"], r["completion"]] for r in samples]))
     if evals:
-        rows = [[e["protocol"].get("column", ""), e["protocol"].get("checkpoint_sha256", "")[:12], k, v]
+        rows = [[labels.get(e["protocol"].get("column", ""), ""), e["protocol"].get("column", ""),
+                 e["protocol"].get("checkpoint_sha256", "")[:12], k, v]
                 for e in evals for k, v in sorted(e["results"].items())]
         parts.append("<h2>Stored evaluations</h2><div class='sub'>one protocol column per procedure; "
                      "numbers from different columns are not comparable</div>"
-                     + _table(["protocol column", "checkpoint", "metric", "value"], rows))
+                     + _table(["protocol", "column", "checkpoint", "metric", "value"], rows))
     if events:
         parts.append("<h2>Events</h2>" + _table(
             ["kind", "stage", "step", "message"], [[e["kind"], e["stage"], e["step"], e["message"]] for e in events[-200:]]))
@@ -103,9 +183,4 @@ def build_report(run_dir: str | Path) -> Path:
     if flat:
         parts.append(f"<h2>Full manifest</h2><details><summary>{len(flat)} entries</summary>"
                      + _table(["key", "value"], [list(r) for r in flat]) + "</details>")
-    page = ("<!doctype html><html><head><meta charset='utf-8'><title>tracerl report — "
-            f"{html.escape(run_path.name)}</title><style>{CSS}</style></head><body>"
-            + "\n".join(parts) + "</body></html>")
-    index = out / "index.html"
-    index.write_text(page)
-    return index
+    return _write_page(out, run_path.name, parts)

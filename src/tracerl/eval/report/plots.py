@@ -32,8 +32,15 @@ FIGURES = (
         Panel("raw component mean", ("reward/*",), ("reward/mean", "reward/std", "reward/min", "reward/max", "reward/success_rate"))),
         "Training reward (trainable episodes) and each raw reward component before weighting."),
     Figure("heldout.png", "Held-out success", (
-        Panel("held-out", ("eval/*success", "eval/*avg@*", "eval/*pass@*", "eval/*maj@*")),),
-        "Held-out tasks never produce training reward; metric names carry the protocol column."),
+        Panel("held-out success (avg@n)", ("eval/*/avg@*", "eval/success")),
+        Panel("pass@k, k > 1", ("eval/*/pass@*",), ("eval/*/pass@1",))),
+        "One series per evaluation protocol, labelled by its environment, task count, samples and temperature "
+        "(pass@1 equals avg@n, so it is not drawn twice). Held-out tasks never produce training reward."),
+    Figure("by_env.png", "By environment and task source", (
+        Panel("training reward per environment", ("by_env/*/reward",)),
+        Panel("training success", ("by_env/*/success", "by_source/*/success"))),
+        "Computed from the stored RL episodes (infrastructure failures left out): one series per environment, "
+        "and per task source, so a mixture's parts are seen apart."),
     Figure("entropy.png", "Entropy", (
         Panel("nats (by action type)", ("policy/entropy", "policy/entropy_reasoning", "policy/entropy_tool_call", "policy/entropy_answer")),
         Panel("nats (by advantage sign)", ("policy/entropy_adv_*",))),
@@ -69,11 +76,30 @@ FIGURES = (
 )
 
 
-def _label(stage: str, name: str, stages_of: dict[str, int]) -> str:
-    return f"{name} [{stage}]" if stages_of.get(name, 0) > 1 else name
+RUN_SEP = "|"  # series of a comparison are keyed (f"{run}|{stage}", name)
 
 
-def _draw_panel(ax, panel: Panel, series: Series) -> bool:
+def _label(stage: str, name: str, stages_of: dict[str, int], labels: dict[str, str] | None = None) -> str:
+    run, _, stage = stage.rpartition(RUN_SEP)
+    parts = name.split("/")
+    if len(parts) == 3 and parts[0] == "eval" and labels and parts[1] in labels:
+        name = f"{parts[2]} · {labels[parts[1]]}"
+    elif len(parts) == 3 and parts[0] in ("by_env", "by_source"):
+        name = f"{parts[2]} · {parts[1]}" + (" (source)" if parts[0] == "by_source" else "")
+    label = f"{name} [{stage}]" if stages_of.get(name, 0) > 1 and not run else name
+    return f"{run}: {label}" if run else label
+
+
+def smoothed(pts: list[tuple[int, float]], weight: float) -> list[tuple[int, float]]:
+    """Exponential moving average with TensorBoard's convention: s = w·s + (1 − w)·x, debiased."""
+    out, s, norm = [], 0.0, 0.0
+    for step, x in pts:
+        s, norm = weight * s + (1 - weight) * x, weight * norm + (1 - weight)
+        out.append((step, s / norm))
+    return out
+
+
+def _draw_panel(ax, panel: Panel, series: Series, labels: dict[str, str] | None = None, smooth: float = 0.0) -> bool:
     chosen = select(series, list(panel.patterns), list(panel.exclude))
     from matplotlib.ticker import MaxNLocator
 
@@ -96,20 +122,28 @@ def _draw_panel(ax, panel: Panel, series: Series) -> bool:
         for (stage, name), pts in chosen.items():
             vals = dict(pts)
             heights = [vals.get(s, 0.0) for s in steps]
-            ax.bar(steps, heights, bottom=[bottom[s] for s in steps], label=_label(stage, name, stages_of), width=0.8)
+            ax.bar(steps, heights, bottom=[bottom[s] for s in steps], label=_label(stage, name, stages_of, labels),
+                   width=0.8)
             for s, h in zip(steps, heights):
                 bottom[s] += h
         ax.set_ylim(0, max(bottom.values(), default=1.0) * 1.35 or 1.0)  # head-room for the legend
     else:
         for (stage, name), pts in chosen.items():
             xs, ys = zip(*pts)
-            ax.plot(xs, ys, marker="." if len(xs) < 40 else None, label=_label(stage, name, stages_of))
+            label = _label(stage, name, stages_of, labels)
+            if smooth > 0 and len(pts) > 2 and not name.startswith("eval/"):
+                line = ax.plot(xs, ys, alpha=0.25)[0]
+                ax.plot(xs, [v for _, v in smoothed(pts, smooth)], color=line.get_color(), label=label)
+            else:
+                ax.plot(xs, ys, marker="." if len(xs) < 40 else None, label=label)
     ax.legend(fontsize=7, loc="best")
     return True
 
 
-def render_figures(series: Series, out_dir: Path) -> list[tuple[Figure, bool]]:
-    """Write every figure's PNG; returns (figure, whether any of its metrics was recorded)."""
+def render_figures(series: Series, out_dir: Path, *, labels: dict[str, str] | None = None,
+                   smooth: float = 0.0) -> list[tuple[Figure, bool]]:
+    """Write every figure's PNG; returns (figure, whether any of its metrics was recorded).
+    `labels` maps a protocol column to a readable name; `smooth` is an EMA weight in [0, 1)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -119,7 +153,7 @@ def render_figures(series: Series, out_dir: Path) -> list[tuple[Figure, bool]]:
     done = []
     for fig_spec in FIGURES:
         fig, axes = plt.subplots(1, len(fig_spec.panels), figsize=(5.2 * len(fig_spec.panels), 3.4), squeeze=False)
-        recorded = [_draw_panel(ax, p, series) for ax, p in zip(axes[0], fig_spec.panels)]
+        recorded = [_draw_panel(ax, p, series, labels, smooth) for ax, p in zip(axes[0], fig_spec.panels)]
         fig.tight_layout()
         fig.savefig(out_dir / fig_spec.file, dpi=90)
         plt.close(fig)

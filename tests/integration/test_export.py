@@ -1,0 +1,113 @@
+"""`tracerl export`: stage and step columns, prefix stage filters, a filter matching nothing is exit 2
+with no file written, decoded text, structs in Parquet, and the learner's advantage and loss weight."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+TRACERL = [sys.executable, "-m", "tracerl.cli"]
+
+
+def _run(*args, timeout=240):
+    return subprocess.run([*TRACERL, *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("runs") / "smoke"
+    proc = _run("train", "smoke", f"run.dir={path}", "run.threads=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]  # the run ends by saying what to do next
+    assert last.startswith(f"next: tracerl report {path} | tracerl inspect {path}") and "checkpoint " in last
+    return path
+
+
+def _sizes():
+    from tracerl.config import load_recipe
+
+    r = load_recipe("smoke")
+    return r.rl.steps, r.rl.prompts_per_step * r.rl.group_size, r.eval.tasks * r.eval.samples
+
+
+def _jsonl(*args):
+    proc = _run("export", *args)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_stage_and_step_columns_and_prefix_filter(run_dir):
+    every = _jsonl(str(run_dir))
+    stages = {r["stage"] for r in every}
+    assert "rl" in stages and any(s.startswith("eval/") for s in stages)
+    steps, per_step, per_eval = _sizes()  # smoke: 2 steps of prompts x group episodes; tasks x samples per eval
+    evals = _jsonl(str(run_dir), "--stage", "eval")
+    assert len(evals) == 2 * per_eval and all(r["stage"].startswith("eval/") for r in evals)  # after SFT, after RL
+    rl = _jsonl(str(run_dir), "--stage", "rl")
+    assert len(rl) == steps * per_step and {r["step"] for r in rl} == set(range(steps))
+    step1 = _jsonl(str(run_dir), "--stage", "rl", "--step", "1")
+    assert len(step1) == per_step and all(r["step"] == 1 for r in step1)
+
+
+def test_filter_matching_nothing_is_exit_2_and_writes_nothing(run_dir, tmp_path):
+    out = tmp_path / "none.jsonl"
+    for args in (["--stage", "evl"], ["--stage", "rl", "--step", "99"], ["--stage", "ev"]):
+        proc = _run("export", str(run_dir), "--out", str(out), *args)
+        assert proc.returncode == 2 and "no trajectories of" in proc.stderr, args
+        assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_text_and_credit_columns(run_dir):
+    rl = _jsonl(str(run_dir), "--stage", "rl")
+    r = rl[0]
+    assert r["prompt_text"].startswith("<|im_start|>system") and r["completion_text"]
+    assert all(isinstance(x["advantage"], float) and x["loss_weight"] in (0.0, 1.0) for x in rl)
+    assert any(x["advantage"] != 0.0 for x in rl)  # the smoke recipe takes real updates
+    # what the update used: a row with loss weight 0 (truncated, masked) carries no credit; in a group,
+    # rows above the group's mean reward get a positive advantage, rows below a negative one
+    groups = {}
+    for x in rl:
+        groups.setdefault((x["step"], x["group_id"]), []).append(x)
+    for rows in groups.values():
+        mean = sum(r["reward"] for r in rows) / len(rows)
+        for r in rows:
+            if r["loss_weight"] == 0.0:
+                assert r["advantage"] == 0.0
+            elif r["reward"] != mean:
+                assert (r["advantage"] > 0) == (r["reward"] > mean)
+    ev = _jsonl(str(run_dir), "--stage", "eval")
+    assert all(x["advantage"] is None and x["loss_weight"] is None for x in ev)  # evaluation never trains
+
+
+def test_parquet_structs_and_datasets(run_dir, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "rl.parquet"
+    proc = _run("export", str(run_dir), "--format", "parquet", "--out", str(out), "--stage", "rl")
+    assert proc.returncode == 0, proc.stderr
+    table = pq.read_table(out)
+    steps, per_step, _ = _sizes()
+    assert table.num_rows == steps * per_step
+    assert pa.types.is_struct(table.schema.field("spans").type.value_type)
+    comps = table.column("reward_components").to_pylist()[0]
+    assert {c["name"] for c in comps} >= {"correct"}
+    assert table.column("stage").to_pylist() == ["rl"] * table.num_rows
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.load_dataset("parquet", data_files=str(out), split="train")
+    assert len(ds) == table.num_rows and ds[0]["spans"][0]["kind"] == "prompt"
+
+
+def test_inspect_shows_the_credit_the_learner_gave(run_dir):
+    rl = _jsonl(str(run_dir), "--stage", "rl", "--step", "1")
+    first = rl[0]
+    proc = _run("inspect", str(run_dir), "--trajectory", first["trajectory_id"], "--logprobs", "--color", "never")
+    assert proc.returncode == 0, proc.stderr
+    assert f"advantage {first['advantage']:+.4g}  loss weight {first['loss_weight']:g}  (update at step 1)" in proc.stdout
+    assert f"A{first['advantage']:+.2f}⟩" in proc.stdout  # on every action token
+    ev = _jsonl(str(run_dir), "--stage", "eval")[0]
+    proc = _run("inspect", str(run_dir), "--trajectory", ev["trajectory_id"], "--color", "never")
+    assert "no update used this episode" in proc.stdout
