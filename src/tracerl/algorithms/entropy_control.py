@@ -19,7 +19,7 @@ from tracerl.algorithms.registry import register
 
 @register("magic_entropy", kind="controller",
           description="MAGIC adaptive entropy coefficient: c += delta below target entropy, -= above; active only below",
-          source="He et al. 2025 (Skywork-OR1, MAGIC); survey §7.5")
+          source="He et al. 2025 (Skywork-OR1, MAGIC)")
 class MagicEntropyController:
     def __init__(self, target: float = 0.2, delta: float = 0.005, init: float = 0.0, floor: float | None = None) -> None:
         if delta <= 0:

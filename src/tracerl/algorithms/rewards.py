@@ -15,7 +15,7 @@ from tracerl.algorithms.registry import register
 
 @register("overlong_penalty", kind="reward",
           description="DAPO soft overlong penalty: 0 up to L_max - L_cache, linear to -1 at L_max, -1 beyond",
-          source="Yu et al. 2025 (DAPO, soft overlong punishment); survey §3.7")
+          source="Yu et al. 2025 (DAPO, soft overlong punishment)")
 def overlong_penalty(lengths_B: torch.Tensor, *, max_len: int, cache_len: int) -> torch.Tensor:
     """r_len(|y|) = 0 if |y| ≤ L_max − L_cache; (L_max − L_cache − |y|)/L_cache if ≤ L_max; −1 beyond."""
     if not 0 < cache_len <= max_len:
@@ -37,7 +37,7 @@ def _centred_shortness(lengths_B: torch.Tensor, idx: torch.Tensor, n: int) -> to
 
 @register("length_bonus", kind="reward",
           description="Nemotron group-relative length control: centred bonuses for shorter reasoning and answer",
-          source="NVIDIA Nemotron 3 Nano report (group-relative length control); survey §4.6")
+          source="NVIDIA Nemotron 3 Nano report (group-relative length control)")
 def length_bonus(
     rewards_B: torch.Tensor,
     think_lengths_B: torch.Tensor,

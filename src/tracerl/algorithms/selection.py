@@ -15,7 +15,7 @@ from tracerl.algorithms.registry import register
 
 @register("dynamic_sampling", kind="selection",
           description="keep only groups with non-zero reward variance; report every dropped group and its reward",
-          source="Yu et al. 2025 (DAPO dynamic sampling); Skywork-OR1; survey §3.7, §7.5")
+          source="Yu et al. 2025 (DAPO dynamic sampling); Skywork-OR1")
 def dynamic_sampling(
     rewards_B: torch.Tensor, group_ids_B: torch.Tensor | Sequence[Hashable]
 ) -> tuple[torch.Tensor, dict]:
@@ -55,7 +55,7 @@ def roc_penalty(n_tool_calls: torch.Tensor, n_tool_errors: torch.Tensor, n_answe
 
 @register("resample_on_correct", kind="selection",
           description="GRPO-RoC: from 2G rollouts keep negatives uniformly (up to half), positives inversely to penalty",
-          source="Shang et al. 2025 (rStar2-Agent, GRPO-RoC); survey §5.2")
+          source="Shang et al. 2025 (rStar2-Agent, GRPO-RoC)")
 def resample_on_correct(
     correct_B: torch.Tensor,
     penalties_B: torch.Tensor,

@@ -58,7 +58,7 @@ def _check(rewards_BT, values_BT, mask_BT):
 
 @register("gae", kind="advantage",
           description="generalized advantage estimation over masked steps; terminal vs truncated bootstrap",
-          source="Schulman et al. 2016 (GAE, eqs. 16, 19); reference 002 §5.3")
+          source="Schulman et al. 2016 (GAE, eqs. 16, 19)")
 def gae(
     rewards_BT: torch.Tensor,
     values_BT: torch.Tensor,
@@ -84,7 +84,7 @@ def length_adaptive_lambda(lengths_B: torch.Tensor, *, alpha: float) -> torch.Te
 
 @register("gae_decoupled", kind="advantage",
           description="GAE with separate lambdas: policy advantage with lam_policy, value target with lam_value",
-          source="Yue et al. 2025 (VAPO); Seed1.5-Thinking (survey §3.5: lam_value=1, lam_policy=0.95)")
+          source="Yue et al. 2025 (VAPO); Seed1.5-Thinking (lam_value=1, lam_policy=0.95)")
 def gae_decoupled(
     rewards_BT: torch.Tensor,
     values_BT: torch.Tensor,
@@ -106,7 +106,7 @@ def gae_decoupled(
 
 @register("vapo_gae", kind="advantage",
           description="decoupled GAE with length-adaptive policy lambda = 1 - 1/(alpha * length)",
-          source="Yue et al. 2025, VAPO (length-adaptive GAE); survey §3.5")
+          source="Yue et al. 2025, VAPO (length-adaptive GAE)")
 def vapo_gae(
     rewards_BT: torch.Tensor,
     values_BT: torch.Tensor,

@@ -54,7 +54,7 @@ def anchor_index(
 
 @register("gigpo", kind="advantage",
           description="GiGPO: episode-relative advantage plus omega * step-relative advantage over repeated anchor states",
-          source="Feng et al. 2025 (GiGPO); survey §7.7")
+          source="Feng et al. 2025 (GiGPO)")
 def gigpo(
     step_rewards_BS: torch.Tensor,
     step_mask_BS: torch.Tensor,

@@ -43,7 +43,7 @@ def grpo_with_stats(
     "grpo",
     kind="advantage",
     description="group-relative advantage (R - group mean) / (group std + eps); scale='none' is Dr.GRPO",
-    source="Shao et al. 2024 (DeepSeekMath); Liu et al. 2025 (Dr.GRPO); survey §2.2, §8.1",
+    source="Shao et al. 2024 (DeepSeekMath); Liu et al. 2025 (Dr.GRPO)",
 )
 def grpo(
     rewards_B: torch.Tensor, group_ids_B: torch.Tensor | Sequence[Hashable], *, scale: str = "std", eps: float = 1e-6
@@ -56,7 +56,7 @@ def grpo(
     "dr_grpo",
     kind="advantage",
     description="Dr.GRPO centred advantage R - group mean (no std division); pair with aggregation='fixed'",
-    source="Liu et al. 2025, Understanding R1-Zero-Like Training (Dr.GRPO); survey §8.1",
+    source="Liu et al. 2025, Understanding R1-Zero-Like Training (Dr.GRPO)",
 )
 def dr_grpo(rewards_B: torch.Tensor, group_ids_B: torch.Tensor | Sequence[Hashable]) -> torch.Tensor:
     """`grpo(..., scale="none")` under its own name so a recipe can select it directly."""

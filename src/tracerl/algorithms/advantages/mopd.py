@@ -16,7 +16,7 @@ from tracerl.algorithms.registry import register
 
 @register("mopd", kind="advantage",
           description="on-policy distillation advantage stopgrad(log pi_teacher - log pi_prox) per student token",
-          source="Nemotron 3 Ultra / Nemotron-Cascade 2 (MOPD); survey §4.7, §4.9")
+          source="Nemotron 3 Ultra / Nemotron-Cascade 2 (MOPD)")
 def mopd(teacher_logprobs_BT: torch.Tensor, prox_logprobs_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
     """Detached dense advantage (B, T)."""
     diff = (teacher_logprobs_BT - prox_logprobs_BT).detach()

@@ -40,7 +40,7 @@ def discounted_suffix_sum(x_BT: torch.Tensor, mask_BT: torch.Tensor, gamma: floa
 
 @register("prime", kind="advantage",
           description="PRIME: implicit process reward beta*log(pi_phi/pi_ref) with leave-one-out process and outcome baselines",
-          source="Cui et al. 2025 (PRIME); survey §7.4")
+          source="Cui et al. 2025 (PRIME)")
 def prime(
     prm_logprobs_BT: torch.Tensor,
     ref_logprobs_BT: torch.Tensor,

@@ -28,7 +28,7 @@ def _batch_whiten(x_B: torch.Tensor, eps: float) -> torch.Tensor:
 
 @register("reinforce_pp", kind="advantage",
           description="REINFORCE++: rewards normalised by the mean and std of the whole batch (no groups)",
-          source="Hu 2025 (REINFORCE++); OpenRLHF; survey §7.8")
+          source="Hu 2025 (REINFORCE++); OpenRLHF")
 def reinforce_pp(rewards_B: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
     """Global-batch normalised advantage per response."""
     rewards_B = as_float(rewards_B)
@@ -37,7 +37,7 @@ def reinforce_pp(rewards_B: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
 
 @register("reinforce_pp_baseline", kind="advantage",
           description="REINFORCE++-baseline: subtract the group mean, then divide by the batch std",
-          source="Hu 2025 (REINFORCE++-baseline); OpenRLHF; survey §7.8")
+          source="Hu 2025 (REINFORCE++-baseline); OpenRLHF")
 def reinforce_pp_baseline(
     rewards_B: torch.Tensor, group_ids_B: torch.Tensor | Sequence[Hashable], *, eps: float = 1e-6
 ) -> torch.Tensor:

@@ -31,7 +31,7 @@ def loo_baseline(values_B: torch.Tensor, idx: torch.Tensor, n: int) -> torch.Ten
     "rloo",
     kind="advantage",
     description="REINFORCE leave-one-out: reward minus the mean reward of the other group members",
-    source="Ahmadian et al. 2024 (RLOO); Kool et al. 2019; survey §2.2",
+    source="Ahmadian et al. 2024 (RLOO); Kool et al. 2019",
 )
 def rloo(rewards_B: torch.Tensor, group_ids_B: torch.Tensor | Sequence[Hashable]) -> torch.Tensor:
     """Leave-one-out advantage per response, shape (B,)."""

@@ -40,7 +40,7 @@ def _ratio(train_logprobs_BT: torch.Tensor, rollout_logprobs_BT: torch.Tensor, m
 
 @register("tis", kind="correction",
           description="truncated importance sampling: weight min(pi_train/pi_rollout, cap) per token",
-          source="Yao et al. 2025 (TIS for training-inference mismatch); survey §8.5")
+          source="Yao et al. 2025 (TIS for training-inference mismatch)")
 def tis(
     train_logprobs_BT: torch.Tensor, rollout_logprobs_BT: torch.Tensor, mask_BT: torch.Tensor, *, cap: float = 2.0
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -54,7 +54,7 @@ def tis(
 
 @register("mis", kind="correction",
           description="masked importance sampling: drop tokens whose pi_train/pi_rollout leaves [low, high]",
-          source="NVIDIA Nemotron 3 Nano/Super (masked importance sampling); survey §4.6, §4.8")
+          source="NVIDIA Nemotron 3 Nano/Super (masked importance sampling)")
 def mis(
     train_logprobs_BT: torch.Tensor, rollout_logprobs_BT: torch.Tensor, mask_BT: torch.Tensor, *,
     low: float = 0.5, high: float = 2.0,

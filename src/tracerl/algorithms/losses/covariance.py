@@ -80,7 +80,7 @@ def _surrogate(ratio, adv, clip_low, clip_high):
 
 @register("clip_cov", kind="loss",
           description="Clip-Cov: detach the gradient of a random fraction of tokens with covariance in [w_low, w_high]",
-          source="Cui et al. 2025, The Entropy Mechanism of RL for Reasoning LMs; survey §8.2")
+          source="Cui et al. 2025, The Entropy Mechanism of RL for Reasoning LMs")
 def clip_cov(
     logprobs_BT: torch.Tensor, old_logprobs_BT: torch.Tensor, adv_BT: torch.Tensor, mask_BT: torch.Tensor, *,
     clip_ratio: float = 2e-4, cov_low: float = 1.0, cov_high: float = 5.0, generator: torch.Generator | None = None,
@@ -102,7 +102,7 @@ def clip_cov(
 
 @register("kl_cov", kind="loss",
           description="KL-Cov: add beta*|log pi - log pi_old| on the top-k fraction of tokens by covariance",
-          source="Cui et al. 2025, The Entropy Mechanism of RL for Reasoning LMs; survey §8.2")
+          source="Cui et al. 2025, The Entropy Mechanism of RL for Reasoning LMs")
 def kl_cov(
     logprobs_BT: torch.Tensor, old_logprobs_BT: torch.Tensor, adv_BT: torch.Tensor, mask_BT: torch.Tensor, *,
     k: float = 2e-3, coef: float = 1.0, clip_low: float | None = None, clip_high: float | None = None,

@@ -25,7 +25,7 @@ from tracerl.algorithms.registry import register
 
 @register("decoupled_ppo", kind="loss",
           description="AReaL decoupled PPO: (pi_prox/pi_beh) * clipped surrogate of pi_theta/pi_prox",
-          source="Fu et al. 2025 (AReaL); survey §2.4, §7.3")
+          source="Fu et al. 2025 (AReaL)")
 def decoupled_ppo(
     logprobs_BT: torch.Tensor,
     prox_logprobs_BT: torch.Tensor,

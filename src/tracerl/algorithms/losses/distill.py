@@ -22,7 +22,7 @@ from tracerl.algorithms.registry import register
 
 @register("mopd_loss", kind="loss",
           description="on-policy distillation loss: ratio-weighted teacher advantage, tokens kept only for ratio in [0.5, 2]",
-          source="NVIDIA Nemotron-Cascade 2 (MOPD); survey §4.7")
+          source="NVIDIA Nemotron-Cascade 2 (MOPD)")
 def mopd_loss(
     logprobs_BT: torch.Tensor,
     inference_logprobs_BT: torch.Tensor,

@@ -71,7 +71,7 @@ def ratio_stats(
     "policy_loss",
     kind="loss",
     description="clipped PPO surrogate with asymmetric clip (clip-higher), optional dual clip, 3 aggregations",
-    source="Schulman et al. 2017 (PPO); Yu et al. 2025 (DAPO clip-higher); Ye et al. 2020 (dual clip); survey §2.3",
+    source="Schulman et al. 2017 (PPO); Yu et al. 2025 (DAPO clip-higher); Ye et al. 2020 (dual clip)",
 )
 def policy_loss(
     logprobs_BT: torch.Tensor,

@@ -57,7 +57,7 @@ def value_loss(
 
 @register("positive_nll", kind="loss",
           description="VAPO positive-example NLL: token-mean -log p over responses with reward above a threshold",
-          source="Yue et al. 2025 (VAPO); Seed1.5-Thinking (survey §3.5)")
+          source="Yue et al. 2025 (VAPO); Seed1.5-Thinking")
 def positive_nll(
     logprobs_BT: torch.Tensor, mask_BT: torch.Tensor, rewards_B: torch.Tensor, *, threshold: float = 0.0
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
