@@ -96,6 +96,9 @@ class EnvConfig(_Cfg):
     """Total tokens per episode (prompt included) before truncation (max_tokens)."""
     max_new_tokens: int = Field(64, ge=1, le=1 << 24)
     """Tokens the policy may write in one turn."""
+    step_timeout_s: float | None = Field(None, gt=0)
+    """Wall seconds one environment step (a tool call) may take; a slower one ends its episode as an
+    infra_failure (the other episodes go on). Null: no limit beyond the sandbox's own."""
 
     @model_validator(mode="after")
     def _difficulty_ranges(self) -> EnvConfig:

@@ -108,3 +108,41 @@ def test_probe_gate_trips(tiny, parity_env, tmp_path):
         _train(tiny, parity_env, tmp_path, "gates.probe_logprob_diff_max=-1")
     assert trip.value.trip.gate == "probe_logprob_diff_max" and trip.value.trip.step == 1
     assert 0.0 <= trip.value.trip.value < 1e-3  # in process, the engine and the learner agree to float precision
+
+
+class _HangsOnce:
+    """The first episode's step hangs far past the recipe's step timeout; the others answer at once."""
+
+    name, revision, calls = "hangs_once", "1", 0
+
+    def reset(self, task, seed):
+        return [{"role": "user", "content": "go"}]
+
+    def step(self, action_text):
+        import time
+
+        _HangsOnce.calls += 1
+        if _HangsOnce.calls == 1:
+            time.sleep(3.0)
+        return Step(terminated=True, terminal_reason=TerminalReason.EOS, reward_components={"correct": 1.0})
+
+    def state_hash(self):
+        return "s"
+
+
+def test_env_step_timeout_from_the_recipe_reaches_the_agent_loop(tiny, parity_env, tmp_path):
+    from tracerl.envs.base import EnvSpec
+
+    spec = EnvSpec(name="hangs_once", revision="1", make=_HangsOnce, generate=parity_env.generate,
+                   expert=parity_env.expert, reward_weights={"correct": 1.0}, stop_strings=(),
+                   special_tokens=parity_env.special_tokens)
+    _HangsOnce.calls = 0
+    model, tok = tiny
+    recipe = load_recipe("smoke", ["rl.steps=1", "rl.prompts_per_step=1", "rl.group_size=4", "env.max_new_tokens=4",
+                                   "rl.checkpoint_every=0", "rl.algorithm.kl.coef=0", "env.step_timeout_s=0.5"])
+    with Store(tmp_path / "s.sqlite") as store:
+        train_rl(copy.deepcopy(model), tok, TorchEngine(model, tok), UniformSampler(spec.generate("train", 4, 0), seed=3),
+                 recipe, spec=spec, log=lambda m, s: None, on_eval=None, on_checkpoint=lambda s, st: None,
+                 store=store, tokenizer_hashes={}, progress=False)
+        reasons = sorted(t.terminal_reason.value for t in store.trajectories(stage="rl"))
+    assert reasons == ["eos", "eos", "eos", "infra_failure"]

@@ -101,7 +101,7 @@ def run(args) -> int:
         raise UserError(f"environment {spec.name} generated no held-out tasks; raise env.heldout_tasks")
     sampling = {"temperature": args.temperature if args.temperature is not None else recipe.eval.temperature,
                 "top_p": args.top_p if args.top_p is not None else recipe.eval.top_p, "top_k": 0}
-    budgets = LoopBudgets(recipe.env.max_turns, recipe.env.max_tokens, recipe.env.max_new_tokens)
+    budgets = LoopBudgets.from_env(recipe.env)
 
     hf_logging.disable_progress_bar()
     model, tokenizer = load_model_and_tokenizer(ckpt)

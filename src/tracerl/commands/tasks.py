@@ -155,7 +155,7 @@ def run_profile(args) -> int:
     model, tokenizer = load_model_and_tokenizer(model_path)
     model.eval()
     attempt = engine_attempt_fn(TorchEngine(model, tokenizer), spec,
-                                budgets=LoopBudgets(env_cfg.max_turns, env_cfg.max_tokens, env_cfg.max_new_tokens),
+                                budgets=LoopBudgets.from_env(env_cfg),
                                 sampling={"temperature": args.temperature, "top_p": 1.0, "top_k": 0}, seed=args.seed,
                                 tokenizer_hashes=tokenizer_hashes(tokenizer))
     prof = profile(tasks, attempt, args.n, batch_size=args.batch_size, policy=str(model_path))

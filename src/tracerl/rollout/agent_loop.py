@@ -39,6 +39,11 @@ class LoopBudgets:
     max_new_tokens: int = 64
     step_timeout_s: float | None = None  # an env step (tool call) slower than this is an infra failure
 
+    @classmethod
+    def from_env(cls, env) -> LoopBudgets:
+        """The budgets of a recipe's `env` section (`config.EnvConfig`)."""
+        return cls(env.max_turns, env.max_tokens, env.max_new_tokens, env.step_timeout_s)
+
 
 @dataclasses.dataclass
 class _Episode:

@@ -156,7 +156,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
                             payload={"config_sha256": sha256_text(config_yaml)})
 
     engine = TorchEngine(model, tokenizer)
-    budgets = LoopBudgets(recipe.env.max_turns, recipe.env.max_tokens, recipe.env.max_new_tokens)
+    budgets = LoopBudgets.from_env(recipe.env)
     eval_tasks = heldout[: recipe.eval.tasks]
     eval_sampling = {"temperature": recipe.eval.temperature, "top_p": recipe.eval.top_p, "top_k": 0}
     summary_path = run.path / "summary.json"
@@ -247,7 +247,7 @@ def _start_stage(st: RLStage, state: RLState, *, run: RunDir, engine: TorchEngin
             state.generated_tokens += sum(t.num_action_tokens for t in trajs)
             run.store.add_trajectories(trajs, stage="profile", step=state.step)
 
-        return engine_attempt_fn(engine, spec, budgets=LoopBudgets(r.env.max_turns, r.env.max_tokens, r.env.max_new_tokens),
+        return engine_attempt_fn(engine, spec, budgets=LoopBudgets.from_env(r.env),
                                  sampling=r.sampling.model_dump(), seed=r.run.seed * 7919 + st.index,
                                  policy_version=state.policy_version, tokenizer_hashes=hashes, on_trajectories=spend)
 

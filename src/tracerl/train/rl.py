@@ -85,7 +85,7 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
     astate = AlgorithmState(algo, seed=recipe.run.seed * 7_919 + stage_index)
     if state.algorithm_state:
         astate.load_state_dict(state.algorithm_state)
-    budgets = LoopBudgets(recipe.env.max_turns, recipe.env.max_tokens, recipe.env.max_new_tokens)
+    budgets = LoopBudgets.from_env(recipe.env)
     gates = GateMonitor(recipe.gates)
     if state.gate_state:
         gates.load_state_dict(state.gate_state)
