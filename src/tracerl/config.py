@@ -15,20 +15,16 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from tracerl.algorithms.spec import ALGORITHMS, AlgorithmConfig
-from tracerl.algorithms.spec.critic_free import GRPO
+from tracerl.algorithms.spec import ALGORITHMS
 from tracerl.errors import UserError
+from tracerl.rl_config import RLConfig, RLStageConfig, _Cfg
 from tracerl.roles_config import RolesConfig
 from tracerl.faults import FaultsConfig
 from tracerl.tasks.config import TasksConfig
 from tracerl.telemetry.gates import GatesConfig
 from tracerl.telemetry.loggers import LoggersConfig
-
-
-class _Cfg(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
 
 class RunConfig(_Cfg):
@@ -133,78 +129,6 @@ class SFTConfig(_Cfg):
     """Peak learning rate (AdamW, linear warm-up then cosine decay)."""
     weight_decay: float = Field(0.0, ge=0.0, le=10.0, allow_inf_nan=False)
     """AdamW weight decay."""
-
-
-class RLStageConfig(_Cfg):
-    """One stage of a multi-stage RL run (rStar2-Agent's RL-1/2/3, Skywork's staged context growth).
-
-    Unset fields inherit from the previous stage (the first stage inherits from `rl`, `env` and
-    `tasks`). The stage boundary is stored as an event and logged as `rl/stage`.
-    """
-
-    name: str
-    """Stage name (recorded at the boundary; profiles are saved as profiles/<name>.json)."""
-    steps: int = Field(ge=1)
-    """RL steps in this stage."""
-    tasks: TasksConfig | None = None
-    """Task pool, filters and sampler of this stage; null keeps the previous stage's."""
-    prompts_per_step: int | None = Field(None, ge=1)
-    """Tasks per step in this stage."""
-    group_size: int | None = Field(None, ge=1)
-    """Rollouts per task in this stage."""
-    max_turns: int | None = Field(None, ge=1)
-    """Policy turns per episode in this stage."""
-    max_tokens: int | None = Field(None, ge=1)
-    """Episode length budget (prompt included) in this stage."""
-    max_new_tokens: int | None = Field(None, ge=1)
-    """Tokens per policy turn in this stage."""
-    reset_optimizer: bool = False
-    """Start this stage with fresh AdamW moments and learning-rate warm-up."""
-    reset_reference: bool = False
-    """Make the current policy the KL reference from this stage on (matters when rl.algorithm.kl.coef > 0)."""
-
-
-class RLConfig(_Cfg):
-    steps: int = Field(60, ge=0)
-    """RL optimizer steps (each on a fresh batch of rollouts); with `stages`, set to the sum of their steps."""
-    stages: list[RLStageConfig] = Field(default_factory=list)
-    """Multi-stage RL: stages run in order inside the `rl` stage; empty means one stage of `steps` steps."""
-    max_generated_tokens: int | None = Field(None, ge=1)
-    """Stop RL early once this many policy (ACTION) tokens were generated, profiling included."""
-    prompts_per_step: int = Field(16, ge=1)
-    """Tasks sampled per step."""
-    group_size: int = Field(8, ge=1)
-    """Rollouts per task in the group (an algorithm may roll out more and keep this many: RoC)."""
-    algorithm: AlgorithmConfig = Field(default_factory=GRPO)
-    """The RL algorithm: `name` (grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, dapo, ...) and its
-    parameters (clip, aggregation, kl, entropy, correction, shaping, selection); `tracerl algorithms` lists them."""
-    lr: float = Field(5e-4, gt=0)
-    """Learning rate (AdamW, constant after warm-up)."""
-    minibatches: int = Field(2, ge=1)
-    """Optimizer steps per batch of rollouts (PPO-style, on the same rollouts)."""
-    max_grad_norm: float = Field(1.0, gt=0)
-    """Gradient clipping."""
-    truncation: Literal["penalize", "mask", "keep"] = "mask"
-    """Truncated episodes: reward `truncation_penalty` (penalize), excluded from the loss (mask), or kept as scored."""
-    truncation_penalty: float = -1.0
-    """Reward of a truncated episode under `truncation: penalize`."""
-    eval_every: int = Field(20, ge=0)
-    """Held-out evaluation every N steps (0: only at the eval stages)."""
-    checkpoint_every: int = Field(20, ge=0)
-    """Save a resumable checkpoint every N steps (0: only at the end)."""
-
-    @field_validator("algorithm", mode="before")
-    @classmethod
-    def _default_name(cls, value: Any) -> Any:  # `rl.algorithm.clip_high=0.3` alone tunes the default algorithm
-        if isinstance(value, dict) and "name" not in value:
-            return {"name": "grpo", **value}
-        return value
-
-    @model_validator(mode="after")
-    def _penalty_is_used(self) -> RLConfig:
-        if self.truncation_penalty != -1.0 and self.truncation != "penalize":  # by value: a resolved config round-trips
-            raise ValueError(f"rl.truncation_penalty applies only with rl.truncation: penalize (got {self.truncation!r})")
-        return self
 
 
 class EvalConfig(_Cfg):

@@ -25,11 +25,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin  # transformers >= 4.56
 
-from tracerl.rollout.engine import Sample, TorchEngine, draw_uniforms, sample_next
+from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next
+
+if TYPE_CHECKING:
+    from tracerl.rollout.engine import TorchEngine
 
 
 class _Cursor:
