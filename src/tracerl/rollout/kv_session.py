@@ -25,15 +25,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin  # transformers >= 4.56
 
 from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next
-
-if TYPE_CHECKING:
-    from tracerl.rollout.engine import TorchEngine
 
 
 class _Cursor:
@@ -85,7 +81,7 @@ class _Row:
 class GenerationSession:
     """Keeps each row's KV cache between calls; rows are named by the caller (e.g. episode index)."""
 
-    def __init__(self, engine: TorchEngine):
+    def __init__(self, engine):  # a TorchEngine (engine.py opens sessions; this module never imports it)
         self.engine = engine
         self._rows: dict[Hashable, _Row] = {}
         self._layers: list[_SlotLayer] = []
