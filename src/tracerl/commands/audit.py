@@ -61,7 +61,7 @@ def _resolve(name: str):
 
 def run(args: argparse.Namespace) -> int:
     from tracerl.errors import UserError
-    from tracerl.verifiers.audit import audit_names, run_audit
+    from tracerl.verifiers.audit import audit_names, run_audit_and_close
 
     if args.list or not args.name:
         _discover()
@@ -71,12 +71,7 @@ def run(args: argparse.Namespace) -> int:
     verifier, cases = _resolve(args.name)
     if not cases:
         raise UserError(f"the audit set of {args.name!r} is empty; an audit needs adversarial and good outputs")
-    try:
-        report = run_audit(verifier, cases)
-    finally:
-        close = getattr(verifier, "close", None)
-        if callable(close):
-            close()
+    report = run_audit_and_close(verifier, cases)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -37,15 +37,10 @@ class AuditReplay:
         """The audit's counts at every `every`-th step; nothing on the others."""
         if self.name is None or step % self.every:
             return {}
-        from tracerl.verifiers.audit import get_audit, run_audit
+        from tracerl.verifiers.audit import get_audit, run_audit_and_close
 
         verifier, cases = get_audit(self.name)
-        try:
-            report = run_audit(verifier, cases)
-        finally:
-            close = getattr(verifier, "close", None)
-            if callable(close):
-                close()
+        report = run_audit_and_close(verifier, cases)
         return {"verifier/audit_failures": float(len(report.false_positives)),
                 "verifier/audit_false_negatives": float(len(report.false_negatives)),
                 "verifier/audit_cases": float(len(cases))}

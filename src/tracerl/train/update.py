@@ -24,6 +24,15 @@ def minibatch_scale(aggregation: str, mask_BT: torch.Tensor, full_tokens: float,
     return mask_BT.shape[0] / (full_rows / n)
 
 
+def _minibatches(batch: Batch, order: torch.Tensor, n: int):
+    """(row indices, sub-batch, its width) for each of `n` non-empty slices of `order`."""
+    for k in range(n):
+        idx = order[k * order.numel() // n:(k + 1) * order.numel() // n]
+        if idx.numel():
+            mb = batch.rows(idx)
+            yield idx, mb, mb.ids_BT.shape[1]
+
+
 def rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: torch.Tensor, *, minibatches: int,
               ctx: StepContext) -> tuple[dict[str, float], torch.Tensor]:
     """Advantages and `minibatches` optimizer steps on one batch.
@@ -52,12 +61,7 @@ def rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: torch.Tens
     order = keep[torch.randperm(keep.numel())]
     ratios, acc, steps = [], {}, 0
     roles.policy.model.train()
-    for k in range(minibatches):
-        idx = order[k * keep.numel() // minibatches:(k + 1) * keep.numel() // minibatches]
-        if idx.numel() == 0:
-            continue
-        mb = batch.rows(idx)
-        T = mb.ids_BT.shape[1]
+    for idx, mb, T in _minibatches(batch, order, minibatches):
         out = roles.policy.score(mb)
         loss, s = algo.loss(mb, out, {n: v[idx, :T] for n, v in scores.items()}, adv_BT[idx, :T], rewards_B[idx], ctx)
         loss = loss * minibatch_scale(algo.aggregation, mb.mask_BT, full_tokens, full_rows, minibatches)
@@ -87,12 +91,7 @@ def train_role(algo: Algorithm, roles: Roles, name: str, batch: Batch, rewards_B
     if keep.numel() == 0:
         return {}
     order, acc, steps = keep[torch.randperm(keep.numel())], {}, 0
-    for k in range(minibatches):
-        idx = order[k * keep.numel() // minibatches:(k + 1) * keep.numel() // minibatches]
-        if idx.numel() == 0:
-            continue
-        mb = batch.rows(idx)
-        T = mb.ids_BT.shape[1]
+    for idx, mb, T in _minibatches(batch, order, minibatches):
         loss, s = algo.role_loss(name, mb, role.forward(mb), {n: v[idx, :T] for n, v in scores.items()},
                                  rewards_B[idx], ctx)
         s = {n: float(v) for n, v in s.items()} | {"grad_norm": role.trained.step(loss)}

@@ -101,6 +101,16 @@ def run_audit(verifier: Any, cases: list[AuditCase] | None = None) -> AuditRepor
     return report
 
 
+def run_audit_and_close(verifier: Any, cases: list[AuditCase]) -> AuditReport:
+    """`run_audit`, then release the verifier's resources (worker pools) whatever happened."""
+    try:
+        return run_audit(verifier, cases)
+    finally:
+        close = getattr(verifier, "close", None)
+        if callable(close):
+            close()
+
+
 _builtins_done = False
 
 
