@@ -13,7 +13,7 @@ import random
 
 from tracerl.contract.roles import TerminalReason, TokenRole
 from tracerl.envs.base import EnvSpec, Message
-from tracerl.rollout.render import encode_observation, render_prompt
+from tracerl.rollout.render import render_observation, render_prompt
 from tracerl.tasks.task import Task
 
 
@@ -68,8 +68,8 @@ def tokenize_demo(tokenizer, demo: Demo) -> tuple[list[int], list[TokenRole]]:
         a = list(tokenizer(action, add_special_tokens=False)["input_ids"])
         ids += a
         roles += [TokenRole.ACTION] * len(a)
-        if obs:
-            o = encode_observation(tokenizer, obs)
+        if obs:  # as the agent loop renders it: the template's tool role when it has one
+            o, o_roles = render_observation(tokenizer, obs)
             ids += o
-            roles += [TokenRole.OBSERVATION] * len(o)
+            roles += o_roles
     return ids, roles

@@ -31,9 +31,9 @@ from tracerl.tasks.task import tasks_sha256
 from tracerl.telemetry import MetricLoggers
 from tracerl.faults import wrap_spec
 from tracerl.train.checkpoint import checkpoint_marks, freeze, load_reference, load_trainer_state, save_checkpoint
-from tracerl.train.demos import collect_demos, demo_texts, tokenize_demo
+from tracerl.train.demos import collect_demos, demo_texts
 from tracerl.train.rl import RLState, train_rl
-from tracerl.train.sft import train_sft
+from tracerl.train.sft_stage import load_sft_data, run_sft_stage
 from tracerl.train.stages import RLStage, build_stage_tasks, recipe_tasks, rl_stages, write_ledger
 
 
@@ -94,7 +94,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     torch.set_num_threads(recipe.run.threads)
     torch.manual_seed(recipe.run.seed)
     _quiet_transformers()
-    rl_state, stages = None, list(recipe.stages)
+    rl_state, stages, file_demos = None, list(recipe.stages), None
     if resume is not None:
         run = RunDir(resume)
         ckpt, saved, stages = _resume_point(run, recipe)
@@ -103,6 +103,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
         rl_state = RLState(**{k: saved[k] for k in RLState.__dataclass_fields__ if k in saved})
         _say(f"resuming {run.path} from {ckpt.name} (policy version {rl_state.policy_version})")
     else:
+        file_demos = load_sft_data(recipe)  # a bad conversations file fails before anything is written
         if recipe.model.path is not None:  # a bad path fails before anything is written
             model, tokenizer = load_model_and_tokenizer(recipe.model.path, gguf_file=recipe.model.gguf_file,
                                                         dtype=recipe.model.dtype)
@@ -122,7 +123,9 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     heldout = base_pool.heldout or spec.generate("heldout", recipe.env.heldout_tasks, seed,
                                                  tuple(recipe.env.heldout_difficulty))
     demos = []
-    if resume is None and ("sft" in stages or recipe.model.path is None):
+    if resume is None and file_demos is not None:
+        demos = file_demos
+    elif resume is None and (("sft" in stages and recipe.sft.source == "expert") or recipe.model.path is None):
         t0 = time.time()
         demos = collect_demos(spec, train_tasks[: recipe.sft.demos], seed=seed, max_turns=recipe.env.max_turns,
                               expert_kwargs=expert_kwargs(recipe))
@@ -187,16 +190,14 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
                         reference=reference["model"], marks=run.marks())
 
     loggers = MetricLoggers(run, recipe.loggers, hparams=recipe.model_dump(mode="json"))
-    log_sft = lambda m, s: loggers.log(m, stage="sft", step=s)  # noqa: E731
     log_rl = lambda m, s: loggers.log(m, stage="rl", step=s)  # noqa: E731
     for stage in stages:
-        if stage == "sft":
-            examples = [tokenize_demo(tokenizer, d) for d in demos]
-            _say(f"sft: {len(examples)} demonstrations, {recipe.sft.epochs} epochs")
-            summary = train_sft(model, tokenizer, examples, recipe.sft, seed=seed, log=log_sft, progress=recipe.run.progress)
-            _say(f"sft: final loss {summary['sft/final_loss']:.3f} in {summary['sft/wall_s']:.1f}s")
+        if stage in ("sft", "rft"):  # an rft stage is a rejection-sampled SFT pass (train/sft_stage.py)
+            run_sft_stage("rejection" if stage == "rft" else recipe.sft.source, stage=stage, recipe=recipe, model=model,
+                          tokenizer=tokenizer, engine=engine, spec=spec, demos=demos, train_tasks=train_tasks, run=run,
+                          hashes=hashes, policy_version=version, step=rl_steps_done, loggers=loggers, say=_say)
             version += 1
-            last_stage = "sft"
+            last_stage = stage
         elif stage == "eval":
             m = evaluate(rl_steps_done, version, last_stage)
             _say(f"eval after {last_stage}: held-out success {m['eval/success']:.3f} "
