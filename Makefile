@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test system-deps venv clean bench
+.PHONY: demo test system-deps venv clean bench sandbox-runtime
 
 # bubblewrap gives the sandbox its namespaces; installed from Debian's packages when missing.
 system-deps:
@@ -28,6 +28,15 @@ test: venv
 
 bench: venv
 	$(BIN)/python benchmarks/default_run.py
+
+# A runtime for sandboxed code with numpy and sympy (recipe: sandbox: {python: $(RUNTIME)/bin/python,
+# modules: [numpy, sympy]}). Made from the system interpreter, so the sandbox user can read it.
+RUNTIME ?= /opt/tracerl-runtime
+SYSPY ?= /usr/bin/python3
+sandbox-runtime:
+	test -x $(RUNTIME)/bin/python || $(SYSPY) -m venv $(RUNTIME)
+	$(RUNTIME)/bin/pip install -q numpy sympy
+	chmod -R a+rX $(RUNTIME)
 
 clean:
 	rm -rf $(VENV) runs

@@ -22,6 +22,7 @@ from tracerl.errors import UserError
 from tracerl.rl_config import RLConfig, RLStageConfig, _Cfg
 from tracerl.roles_config import RolesConfig
 from tracerl.faults import FaultsConfig
+from tracerl.sandbox.runtime import SandboxConfig
 from tracerl.tasks.config import TasksConfig
 from tracerl.telemetry.gates import GatesConfig
 from tracerl.telemetry.loggers import LoggersConfig
@@ -193,6 +194,8 @@ class Recipe(_Cfg):
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
     """Fault injection for tests and benchmarks (tool crash, hang, slow call, garbage output, env
     exception, verifier error rates); every injected fault ends its episode as infra_failure."""
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    """The interpreter sandboxed code runs under (a venv with numpy/sympy) and modules it must import."""
     stages: list[Literal["sft", "eval", "rl", "rft"]] = Field(default_factory=lambda: ["sft", "eval", "rl", "eval"])
     """Stages in order; the model is built or loaded first. `rft` is a rejection-sampled SFT pass
     on the current policy (`sft.rejection`), e.g. `[sft, eval, rft, eval]`."""

@@ -17,19 +17,31 @@ import threading
 from importlib import resources
 
 from tracerl.sandbox import cgroups
+from tracerl.sandbox.backend import LEVELS, find_python
 from tracerl.sandbox.limits import ExecResult, Limits, Status
 from tracerl.sandbox.sandbox import Sandbox, SandboxUnavailable
 
 __all__ = ["REVISION", "ExecResult", "cgroups", "Limits", "Sandbox", "SandboxUnavailable", "Status", "default_sandbox",
-           "isolation_report"]
+           "isolation_report", "set_default_runtime", "LEVELS", "find_python"]
 
 REVISION = "1+" + hashlib.sha256(
-    b"".join(resources.files(__name__).joinpath(f).read_bytes() for f in ("_program.py", "_zygote.py", "backend.py", "cgroups.py", "sandbox.py"))
+    b"".join(resources.files(__name__).joinpath(f).read_bytes() for f in ("_program.py", "_zygote.py", "backend.py", "cgroups.py", "sandbox.py", "runtime.py"))
 ).hexdigest()[:12]
 """Recorded in run manifests: the sandbox's version plus a hash of the code that enforces it."""
 
 _default: Sandbox | None = None
 _default_lock = threading.Lock()
+_runtime: tuple[str | None, tuple[str, ...]] = (None, ())
+
+
+def set_default_runtime(python: str | None, preload: tuple[str, ...] = ()) -> None:
+    """The interpreter (and preloaded modules) of the default sandbox; see sandbox.runtime.configure."""
+    global _default, _runtime
+    with _default_lock:
+        if (python, tuple(preload)) != _runtime and _default is not None:
+            _default.close()
+            _default = None
+        _runtime = (python, tuple(preload))
 
 
 def _after_fork_in_child() -> None:
@@ -46,7 +58,7 @@ def default_sandbox() -> Sandbox:
     global _default
     with _default_lock:
         if _default is None or _default._closed:
-            _default = Sandbox()
+            _default = Sandbox(python=_runtime[0], preload=_runtime[1])
             atexit.register(_default.close)
         return _default
 

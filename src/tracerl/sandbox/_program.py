@@ -238,7 +238,8 @@ def _prepare_program(limits, workdir, namespaces, ready_w):
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": "/tmp" if namespaces else workdir,
-                       "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"})
+                       "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8",
+                       "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     cpu = max(1, int(-(-limits["cpu_s"] // 1)))
     for res, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)),
                        (resource.RLIMIT_AS, (limits["memory_bytes"],) * 2),

@@ -84,17 +84,35 @@ def _system_binds(python: str) -> list[str]:
     return args
 
 
+RUNTIME_MOUNT = "/runtime"
+"""Where a configured runtime venv (`sandbox.python`) appears inside the sandbox."""
+THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+"""Set to 1 for the worker and every program: a numpy imported before fork must not own threads."""
+
+
+def venv_root(python: str) -> str | None:
+    """The venv directory holding `python` (a `pyvenv.cfg` beside its bin/), else None."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    return root if os.path.isfile(os.path.join(root, "pyvenv.cfg")) else None
+
+
 def full_plan(python: str) -> Plan | None:
     bwrap = bwrap_path()
     if bwrap is None:
         return None
+    venv, inside = venv_root(python), python
+    binds = _system_binds(os.path.realpath(python) if venv else python)  # the base interpreter's files
+    if venv:  # the venv, read-only at a fixed place (the per-call tmpfs on /tmp and /work would hide it)
+        binds += ["--ro-bind", venv, RUNTIME_MOUNT]
+        inside = os.path.join(RUNTIME_MOUNT, os.path.relpath(os.path.abspath(python), venv))
+    threads = [a for name in THREAD_ENV for a in ("--setenv", name, "1")]
     argv = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-net", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
-            "--clearenv", "--setenv", "PATH", SANDBOX_PATH, "--setenv", "LANG", "C.UTF-8",
-            *_system_binds(python),
+            "--clearenv", "--setenv", "PATH", SANDBOX_PATH, "--setenv", "LANG", "C.UTF-8", *threads,
+            *binds,
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/work",
             "--dir", "/sandbox", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/",
-            "--", python, "-I", "-B", "-c"]
+            "--", inside, "-I", "-B", "-c"]
     enforced = [
         "bubblewrap: read-only view of /usr and the libraries only; no /home, /root, /work of the host",
         "per call: new user, mount, PID, IPC and UTS namespaces",

@@ -100,7 +100,7 @@ class Sandbox:
 
     def __init__(self, *, limits: Limits | None = None, require: str | None = None, warm: bool = True,
                  python: str | None = None, max_workers: int = 8,
-                 total_memory_bytes: int | None | str = "auto") -> None:
+                 total_memory_bytes: int | None | str = "auto", preload: tuple[str, ...] = ()) -> None:
         """`total_memory_bytes` caps the memory of all calls in flight together (tmpfs included),
         where cgroups allow it (see sandbox.cgroups); "auto" is half the machine's memory, at
         most 16 GiB; None turns the cap off."""
@@ -109,6 +109,7 @@ class Sandbox:
         self.limits = limits or Limits()
         self.warm = warm
         self.python = find_python(python)
+        self.preload = tuple(preload)  # modules the warm worker imports once, beside the standard ones
         self.max_workers = max_workers
         if total_memory_bytes == "auto":
             total_memory_bytes = min(16 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2)
@@ -170,14 +171,14 @@ class Sandbox:
 
     def _start_worker(self, warm: bool) -> Worker:
         try:
-            return Worker(self.plan, warm=warm, total_memory_bytes=self.total_memory_bytes)
+            return Worker(self.plan, warm=warm, total_memory_bytes=self.total_memory_bytes, preload=self.preload)
         except WorkerDied as exc:
             if not self.total_memory_bytes:
                 raise
             warnings.warn(f"tracerl sandbox: a worker inside a memory cgroup did not start ({exc}); "
                           "continuing without the total-memory cap", RuntimeWarning, stacklevel=4)
             self.total_memory_bytes = None
-            return Worker(self.plan, warm=warm)
+            return Worker(self.plan, warm=warm, preload=self.preload)
 
     def run(self, code: str, *, stdin: str | bytes = "", files: Mapping[str, str | bytes] | None = None,
             limits: Limits | None = None) -> ExecResult:

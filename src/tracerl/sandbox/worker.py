@@ -18,7 +18,7 @@ import threading
 from importlib import resources
 
 from tracerl.sandbox import cgroups
-from tracerl.sandbox.backend import PRELOAD, Plan
+from tracerl.sandbox.backend import PRELOAD, THREAD_ENV, Plan
 
 _ZYGOTE_SOURCE: str | None = None
 
@@ -53,7 +53,7 @@ class Worker:
     """One zygote process. Thread-safe: any number of threads may `submit` at once."""
 
     def __init__(self, plan: Plan, start_timeout_s: float = 30.0, warm: bool = True,
-                 total_memory_bytes: int | None = None) -> None:
+                 total_memory_bytes: int | None = None, preload: tuple[str, ...] = ()) -> None:
         """`warm=False` is for a single call: no preloaded modules and no start-up probe.
         `total_memory_bytes` caps everything the worker's calls hold, where cgroups allow it."""
         self.plan = plan
@@ -61,7 +61,7 @@ class Worker:
         self._sock = host
         source_fd = _memfd("tracerl-zygote", zygote_source().encode())
         config = {"ctrl_fd": child.fileno(), "namespaces": plan.level == "full",
-                  "workbase": plan.workbase, "preload": list(PRELOAD) if warm else [], "probe": warm,
+                  "workbase": plan.workbase, "preload": [*PRELOAD, *preload] if warm else [], "probe": warm,
                   "cgroup": None, "cgroup_version": 1}
         bootstrap = (f"import os; exec(compile(os.pread({source_fd}, 1 << 20, 0), 'tracerl-sandbox-worker', 'exec'))")
         argv = list(plan.argv)
@@ -80,7 +80,7 @@ class Worker:
             files = ":".join(self.group.procs_files) if self.group is not None else ""
             argv = [plan.python, "-I", "-S", "-c", cgroups.JOIN_AND_DROP, str(plan.run_as), files, *argv]
         kwargs = {}
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **{k: "1" for k in THREAD_ENV}}
         self._log = tempfile.TemporaryFile(prefix="tracerl-sandbox-worker-")
         try:
             self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -30,6 +30,7 @@ from tracerl.tasks.attempts import engine_attempt_fn
 from tracerl.tasks.task import tasks_sha256
 from tracerl.telemetry import MetricLoggers
 from tracerl.faults import wrap_spec
+from tracerl.sandbox.runtime import configure as configure_sandbox
 from tracerl.train.checkpoint import checkpoint_marks, freeze, load_reference, load_trainer_state, save_checkpoint
 from tracerl.train.demos import collect_demos, demo_texts
 from tracerl.train.rl import RLState, train_rl
@@ -95,6 +96,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     torch.manual_seed(recipe.run.seed)
     _quiet_transformers()
     rl_state, stages, file_demos = None, list(recipe.stages), None
+    configure_sandbox(recipe.sandbox)  # a runtime that cannot import its modules fails before anything is written
     if resume is not None:
         run = RunDir(resume)
         ckpt, saved, stages = _resume_point(run, recipe)
