@@ -96,6 +96,11 @@ class EnvConfig(_Cfg):
     step_timeout_s: float | None = Field(None, gt=0)
     """Wall seconds one environment step (a tool call) may take; a slower one ends its episode as an
     infra_failure (the other episodes go on). Null: no limit beyond the sandbox's own."""
+    watchdog_s: float | None = Field(None, gt=0, le=86400)
+    """A rollout phase (the engine's generate, a turn's env steps) running longer is reported by name; null: off."""
+    infra_retries: int = Field(0, ge=0, le=10)
+    """An infra_failure episode is played again (fresh reset seed) up to this many times; the final one
+    records its attempt number and the ids and reasons of the attempts it replaced (retry_lineage)."""
 
     @model_validator(mode="after")
     def _difficulty_ranges(self) -> EnvConfig:

@@ -11,8 +11,10 @@ components), never a demonstration (SFT keeps only episodes that ended on their 
 out of the group baseline by the trainer. A slow call is not a failure: it costs `slow_s` and the
 step goes on; it is counted as `info["fault_slow"]`.
 
-Not injected here: engine errors (the Engine protocol has no per-row failure for the loop to
-survive yet; see docs/faults in the issue notes).
+Engine errors (`engine_error`): `wrap_engine` makes a session's `generate` raise when a row of the
+call is drawn to fail (seeded by faults.seed, the row's key and its tokens); the agent loop retries
+the rows one by one and ends only the failing row's episode, as `infra_failure` labelled
+`engine_error` (rollout/guard.py `generate_rows`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+import zlib
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -49,6 +52,8 @@ class FaultsConfig(BaseModel):
     """Probability that the environment's step raises."""
     verifier_error: float = Field(0.0, ge=0.0, le=1.0)
     """Probability that the reward of a finishing step cannot be computed."""
+    engine_error: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability, per row and turn, that the engine's generate fails for that row."""
     hang_s: float = Field(0.5, gt=0.0, le=600.0)
     """The per-call timeout a hang runs into (seconds)."""
     slow_s: float = Field(0.05, ge=0.0, le=600.0)
@@ -58,7 +63,7 @@ class FaultsConfig(BaseModel):
 
     @property
     def active(self) -> bool:
-        return any(getattr(self, k) > 0 for k in (*KINDS, "slow_call"))
+        return any(getattr(self, k) > 0 for k in (*KINDS, "slow_call", "engine_error"))
 
 
 class FaultyEnv:
@@ -125,6 +130,50 @@ def wrap_spec(spec: EnvSpec, cfg: FaultsConfig | None) -> EnvSpec:
         return FaultyEnv(make(*args, **kwargs), cfg)
 
     return dataclasses.replace(spec, make=make_faulty)
+
+
+class InjectedEngineError(RuntimeError):
+    """A session's generate failing for a row (`engine_error`)."""
+
+
+class FaultySession:
+    """A generation session whose `generate` raises when any requested row is drawn to fail."""
+
+    def __init__(self, inner, cfg: FaultsConfig) -> None:
+        self.inner, self.cfg = inner, cfg
+
+    def _fails(self, key, seq) -> bool:
+        digest = zlib.crc32(",".join(map(str, seq)).encode())
+        return random.Random(f"{self.cfg.seed}:engine:{key}:{digest}").random() < self.cfg.engine_error
+
+    def generate(self, keys, sequences, **kw):
+        bad = [k for k, seq in zip(keys, sequences) if self._fails(k, seq)]
+        if bad:
+            raise InjectedEngineError(f"generate failed for rows {bad} (injected)")
+        return self.inner.generate(keys, sequences, **kw)
+
+
+class FaultyEngine:
+    """The engine with `engine_error` injected into its sessions; everything else passes through."""
+
+    def __init__(self, inner, cfg: FaultsConfig) -> None:
+        self.inner, self.cfg = inner, cfg
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def open_session(self):
+        from tracerl.rollout.engine import StatelessSession
+
+        inner = self.inner.open_session() if hasattr(self.inner, "open_session") else StatelessSession(self.inner)
+        return FaultySession(inner, self.cfg)
+
+
+def wrap_engine(engine, cfg: FaultsConfig | None):
+    """`engine` itself unless `engine_error` > 0; else a `FaultyEngine` around it."""
+    if cfg is None or cfg.engine_error <= 0:
+        return engine
+    return FaultyEngine(engine, cfg)
 
 
 def count_faults(trajectories) -> dict[str, int]:

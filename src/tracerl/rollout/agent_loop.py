@@ -11,7 +11,10 @@ Speed without changing a token: the engine session keeps each episode's KV cache
 the last action token and the observation are fed), and a turn's environment steps (tool calls)
 run at once (one thread per episode: rollout/env_threads.py), applied in episode order. A step that does not return
 within `LoopBudgets.step_timeout_s` ends its episode as `infra_failure` (its thread is abandoned;
-the other episodes go on).
+the other episodes go on). A row whose `generate` fails ends its episode as `infra_failure`
+(`engine_error`); a phase past `watchdog_s` is reported by name; with `infra_retries` an
+infrastructure failure is played again (fresh reset seed), up to that many times, and the final
+episode records its `attempt` and the `retry_lineage` of the ones it replaced (rollout/guard.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from tracerl.contract import TerminalReason, TokenRole, Trajectory, ids_sha256, 
 from tracerl.envs.base import EnvSpec
 from tracerl.rollout.engine import StatelessSession, TorchEngine
 from tracerl.rollout.env_threads import EnvThread, run_all
+from tracerl.rollout.guard import Watchdog, generate_rows, infra_reason
 from tracerl.rollout.render import observation_bounds, render_observation, render_prompt
 from tracerl.tasks.task import Task
 
@@ -38,11 +42,14 @@ class LoopBudgets:
     max_tokens: int = 256
     max_new_tokens: int = 64
     step_timeout_s: float | None = None  # an env step (tool call) slower than this is an infra failure
+    watchdog_s: float | None = None  # a generate or env-step phase longer than this is reported by name
+    infra_retries: int = 0  # an infra_failure episode is played again up to this many times
 
     @classmethod
     def from_env(cls, env) -> LoopBudgets:
         """The budgets of a recipe's `env` section (`config.EnvConfig`)."""
-        return cls(env.max_turns, env.max_tokens, env.max_new_tokens, env.step_timeout_s)
+        return cls(env.max_turns, env.max_tokens, env.max_new_tokens, env.step_timeout_s,
+                   getattr(env, "watchdog_s", None), getattr(env, "infra_retries", 0))
 
 
 @dataclasses.dataclass
@@ -74,14 +81,36 @@ def run_episodes(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], group_id
                  tokenizer_hashes: dict[str, str] | None = None,
                  generator: torch.Generator | None = None,
                  entropy_out: dict[str, list[float]] | None = None,
-                 concurrent_steps: bool = True) -> list[Trajectory]:
+                 concurrent_steps: bool = True, watchdog: Watchdog | None = None) -> list[Trajectory]:
     """Play one episode per task (repeat a task to form a group) and return validated trajectories.
 
     `entropy_out`, when given, receives each trajectory's per-action-token entropy of the sampling
     distribution (a diagnostic, not part of the contract), keyed by trajectory id. With
     `concurrent_steps` each episode's env lives on its own thread and a turn's steps run at once;
     without, they run one after another on this thread (and `step_timeout_s` cannot apply).
+    `watchdog` (default: one with `budgets.watchdog_s`) names a phase that runs past its budget.
     """
+    wd = watchdog or Watchdog(budgets.watchdog_s)
+    kw = dict(budgets=budgets, sampling=sampling, policy_version=policy_version, tokenizer_hashes=tokenizer_hashes,
+              generator=generator, entropy_out=entropy_out, concurrent_steps=concurrent_steps, watchdog=wd)
+    trajs = _play(engine, spec, tasks, group_ids, seed=seed, **kw)
+    for attempt in range(1, budgets.infra_retries + 1):
+        again = [i for i, t in enumerate(trajs) if t.terminal_reason == TerminalReason.INFRA_FAILURE]
+        if not again:
+            break
+        redo = _play(engine, spec, [tasks[i] for i in again], [group_ids[i] for i in again],
+                     seed=random.Random(f"{seed}:retry:{attempt}").randrange(2**31), **kw)
+        for i, new in zip(again, redo):
+            old = trajs[i]
+            new.attempt = attempt
+            new.retry_lineage = [*old.retry_lineage, f"{old.trajectory_id}: attempt {old.attempt}: {infra_reason(old)}"]
+            trajs[i] = validate(new)
+    return trajs
+
+
+def _play(engine, spec: EnvSpec, tasks: list[Task], group_ids: list[str], *, budgets: LoopBudgets, sampling: dict,
+          policy_version: int, seed: int, tokenizer_hashes, generator, entropy_out, concurrent_steps: bool,
+          watchdog: Watchdog) -> list[Trajectory]:
     tok = engine.tokenizer
     threaded = concurrent_steps or budgets.step_timeout_s is not None
     envs = [spec.make() for _ in tasks]
@@ -113,17 +142,31 @@ def run_episodes(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], group_id
             room = [r for r in room if r > 0]
             if not active:
                 break
-            samples = session.generate([k for k, _ in active], [ep.traj.token_ids for _, ep in active],
-                                       max_new_tokens=room, stop_strings=spec.stop_strings,
-                                       stop_token_ids=[tok.eos_token_id], generator=generator, **sampling)
+            with watchdog.phase(f"engine.generate of {len(active)} rows"):
+                samples = generate_rows(session, [k for k, _ in active], [ep.traj.token_ids for _, ep in active],
+                                        max_new_tokens=room, stop_strings=spec.stop_strings,
+                                        stop_token_ids=[tok.eos_token_id], generator=generator, **sampling)
             stepping = []
             for (_, ep), sample in zip(active, samples):
+                if isinstance(sample, Exception):  # this row's generate failed: its episode only
+                    _finish(ep, spec, TerminalReason.INFRA_FAILURE, None)
+                    ep.traj.verifier_output = {"fault": "engine_error", "error": f"{type(sample).__name__}: {sample}"[:200]}
+                    continue
                 if entropy_out is not None:
                     entropy_out.setdefault(ep.traj.trajectory_id, []).extend(sample.entropies)
                 text = _take_action(ep, sample, spec, tok, budgets, policy_version)
                 if text is not None:
                     stepping.append((ep, sample, text))
-            steps = run_all([(ep.thread, _step, (ep.env, text)) for ep, _, text in stepping], budgets.step_timeout_s)
+            futures: list = []
+
+            def stuck(stepping=stepping, futures=futures) -> str:
+                names = [f"episode {ep.traj.trajectory_id} (task {ep.task.id})" for (ep, _, _), f in
+                         zip(stepping, futures or [None] * len(stepping)) if f is None or not f.done()]
+                return f"env.step ({spec.name}) of " + (", ".join(names[:5]) + (" ..." if len(names) > 5 else ""))
+
+            with watchdog.phase(stuck):
+                steps = run_all([(ep.thread, _step, (ep.env, text)) for ep, _, text in stepping], budgets.step_timeout_s,
+                                futures_out=futures)
             for (ep, sample, text), result in zip(stepping, steps):
                 if result is None:
                     _finish(ep, spec, TerminalReason.INFRA_FAILURE, None)

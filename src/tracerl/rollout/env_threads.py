@@ -45,12 +45,16 @@ class EnvThread:
         self._q.put(None)
 
 
-def run_all(calls: Sequence[tuple[EnvThread | None, Callable, tuple]], timeout_s: float | None) -> list[Any]:
+def run_all(calls: Sequence[tuple[EnvThread | None, Callable, tuple]], timeout_s: float | None,
+            futures_out: list | None = None) -> list[Any]:
     """Results in the order given; None for a call still running after `timeout_s` (abandoned).
 
     A call with no thread runs here, inline. A call's own exception is raised, as a direct call would.
+    `futures_out` receives each call's future (None for inline calls), e.g. for a watchdog to name the slow ones.
     """
     futures = [th.submit(fn, *args) if th is not None else None for th, fn, args in calls]
+    if futures_out is not None:
+        futures_out.extend(futures)
     inline = [fn(*args) if th is None else None for th, fn, args in calls]
     live = [f for f in futures if f is not None]
     if live:

@@ -29,7 +29,7 @@ from tracerl.tasks import build_pool
 from tracerl.tasks.attempts import engine_attempt_fn
 from tracerl.tasks.task import tasks_sha256
 from tracerl.telemetry import MetricLoggers
-from tracerl.faults import wrap_spec
+from tracerl.faults import wrap_engine, wrap_spec
 from tracerl.sandbox.runtime import configure as configure_sandbox
 from tracerl.train.checkpoint import checkpoint_marks, freeze, load_reference, load_trainer_state, save_checkpoint
 from tracerl.train.demos import collect_demos, demo_texts
@@ -160,7 +160,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
         run.store.add_event("resume", f"resumed at RL step {rl_state.step}", stage="rl", step=rl_state.step,
                             payload={"config_sha256": sha256_text(config_yaml)})
 
-    engine = TorchEngine(model, tokenizer)
+    engine = wrap_engine(TorchEngine(model, tokenizer), recipe.faults)  # faults.engine_error: failing rows
     budgets = LoopBudgets.from_env(recipe.env)
     eval_tasks = heldout[: recipe.eval.tasks]
     eval_sampling = {"temperature": recipe.eval.temperature, "top_p": recipe.eval.top_p, "top_k": 0}
