@@ -21,6 +21,7 @@ from tracerl.envs import get_env
 from tracerl.errors import UserError
 from tracerl.eval.heldout import run_heldout
 from tracerl.eval.record import heldout_protocol, record_evaluation
+from tracerl.eval.slices import report_slices
 from tracerl.manifest import build_manifest, sha256_text
 from tracerl.models import build_tiny, load_model_and_tokenizer, tokenizer_hashes
 from tracerl.rollout import LoopBudgets, TorchEngine
@@ -114,7 +115,8 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     config_yaml = yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)
     run.config_path.write_text(config_yaml)
 
-    spec = wrap_spec(get_env(recipe.env.name), recipe.faults)  # faults: injected at the rates the recipe sets
+    clean_spec = get_env(recipe.env.name)  # held-out evaluation: the env as it is (eval.slices add faults)
+    spec = wrap_spec(clean_spec, recipe.faults)  # faults: injected into training at the rates the recipe sets
     seed = recipe.run.seed
     # the recipe's task pool before any profile-based filter: SFT demonstrations and the manifest use it;
     # each RL stage builds its own pool from it (stages.build_stage_tasks)
@@ -160,7 +162,8 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
         run.store.add_event("resume", f"resumed at RL step {rl_state.step}", stage="rl", step=rl_state.step,
                             payload={"config_sha256": sha256_text(config_yaml)})
 
-    engine = wrap_engine(TorchEngine(model, tokenizer), recipe.faults)  # faults.engine_error: failing rows
+    clean_engine = TorchEngine(model, tokenizer)
+    engine = wrap_engine(clean_engine, recipe.faults)  # faults.engine_error: failing rows in training rollouts
     budgets = LoopBudgets.from_env(recipe.env)
     eval_tasks = heldout[: recipe.eval.tasks]
     eval_sampling = {"temperature": recipe.eval.temperature, "top_p": recipe.eval.top_p, "top_k": 0}
@@ -171,9 +174,9 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     last_stage = "rl" if rl_state else "base"
 
     def evaluate(step: int, policy_version: int, label: str) -> dict[str, float]:
-        res = run_heldout(engine, spec, eval_tasks, samples=recipe.eval.samples, ks=recipe.eval.k,
-                          budgets=budgets, sampling=eval_sampling, policy_version=policy_version,
-                          seed=seed + 7919, tokenizer_hashes=hashes)
+        frozen = dict(samples=recipe.eval.samples, ks=recipe.eval.k, budgets=budgets, sampling=eval_sampling,
+                      policy_version=policy_version, seed=seed + 7919, tokenizer_hashes=hashes)
+        res = run_heldout(clean_engine, clean_spec, eval_tasks, **frozen)
         protocol = heldout_protocol(model=model, tokenizer_hashes=hashes, spec=spec, tasks=eval_tasks,
                                     sampling=eval_sampling, budgets=budgets, n=recipe.eval.samples,
                                     ks=recipe.eval.k, seed=seed + 7919)
@@ -181,6 +184,9 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
         record_evaluation(run.path, protocol, res.trajectories, run=run, step=step,
                           extra={"policy_version": float(policy_version)})
         m = res.metrics()
+        if recipe.eval.slices:  # beside the clean numbers, under the same protocol (eval/slices.py)
+            m.update(report_slices(run, step, recipe, run_heldout, clean_engine, clean_spec, eval_tasks,
+                                   res.trajectories, frozen, say=_say))
         evals.append({"after": label, "step": step, "protocol": protocol.column, **m})
         summary_path.write_text(json.dumps({"evals": evals}, indent=2))
         return m
