@@ -70,6 +70,30 @@ class SandboxUnavailable(UserError):
     """The machine cannot provide the isolation level a recipe requires."""
 
 
+_starter: ThreadPoolExecutor | None = None
+_starter_pid: int | None = None
+_starter_lock = threading.Lock()
+_STARTER_NAME = "tracerl-sandbox-parent"
+
+
+def on_lasting_thread(fn, *args):
+    """Run `fn(*args)` on a thread that lives as long as the process.
+
+    The warm worker's parent-death signal (bubblewrap `--die-with-parent`, i.e. PR_SET_PDEATHSIG)
+    fires when the *thread* that forked it exits, not the process. A worker started from a
+    short-lived thread (an episode's env thread, a caller's thread pool) was killed when that
+    thread ended, and every call in flight came back `crash`. So workers are forked from here.
+    """
+    global _starter, _starter_pid
+    if threading.current_thread().name.startswith(_STARTER_NAME):
+        return fn(*args)
+    with _starter_lock:
+        if _starter is None or _starter_pid != os.getpid():
+            _starter, _starter_pid = ThreadPoolExecutor(1, thread_name_prefix=_STARTER_NAME), os.getpid()
+        starter = _starter
+    return starter.submit(fn, *args).result()
+
+
 def _detect(python: str) -> tuple[Plan, str]:
     """The strongest plan that starts here, with a note when it is not the full one (cached)."""
     with _plans_lock:
@@ -166,7 +190,7 @@ class Sandbox:
             if self._worker is None or not self._worker.alive:
                 if self._worker is not None:
                     self._worker.close()
-                self._worker = self._start_worker(warm=True)
+                self._worker = on_lasting_thread(self._start_worker, True)
             return self._worker
 
     def _start_worker(self, warm: bool) -> Worker:
