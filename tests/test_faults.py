@@ -93,3 +93,24 @@ def test_the_recipe_section_is_validated():
         load_recipe("smoke", ["faults.tool_crash=2"])
     with pytest.raises(UserError, match="faults"):
         load_recipe("smoke", ["faults.tool_crsh=0.1"])
+
+
+def test_training_survives_engine_errors_and_retries_keep_lineage(tmp_path, monkeypatch):
+    """A smoke run with a third of generate rows failing completes; every infra episode is labelled
+    and unrewarded, and an episode that was retried names the attempt it replaced."""
+    from tracerl.cli import main
+    from tracerl.store import RunDir
+
+    monkeypatch.chdir(tmp_path)
+    rc = main(["train", "smoke", "stages=[sft,rl]", "rl.steps=1", "run.threads=1", "run.dir=run", "sft.epochs=2",
+               "faults.engine_error=0.3", "env.infra_retries=1"])
+    assert rc == 0
+    run = RunDir(tmp_path / "run")
+    try:
+        trajs = list(run.store.trajectories(stage="rl"))
+    finally:
+        run.close()
+    infra = [t for t in trajs if t.terminal_reason == TerminalReason.INFRA_FAILURE]
+    retried = [t for t in trajs if t.attempt > 0]
+    assert retried and all(len(t.retry_lineage) == t.attempt and "engine_error" in t.retry_lineage[0] for t in retried)
+    assert all(t.reward == 0.0 and t.verifier_output.get("fault") == "engine_error" for t in infra)

@@ -128,3 +128,13 @@ def test_retries_record_attempt_and_lineage(tiny, retries, fail_first, attempt, 
         assert len(t.retry_lineage) == attempt and len(set(t.retry_lineage)) == attempt
         assert all(f": attempt {n}: tool_crash" in line for n, line in enumerate(t.retry_lineage))
         assert t.trajectory_id not in "".join(t.retry_lineage)
+
+
+def test_entropy_is_listed_for_an_episode_whose_first_generate_failed(tiny):
+    model, tok = tiny
+    entropy = {}
+    trajs = run_episodes(FailRows(model, tok), _spec(), TASKS, ["g"] * 6, budgets=BUDGETS, sampling=SAMPLING,
+                         policy_version=0, seed=0, entropy_out=entropy)
+    assert set(entropy) == {t.trajectory_id for t in trajs}
+    assert [len(entropy[t.trajectory_id]) == t.num_action_tokens for t in trajs] == [True] * 6
+    assert entropy[trajs[2].trajectory_id] == []

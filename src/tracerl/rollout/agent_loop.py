@@ -129,6 +129,8 @@ def _play(engine, spec: EnvSpec, tasks: list[Task], group_ids: list[str], *, bud
         _append_by_role(traj, ids, roles)
         traj.add_span("prompt", 0, len(ids))
         episodes.append(_Episode(task, env, traj, th))
+        if entropy_out is not None:  # an episode whose first generate fails has none, but is listed
+            entropy_out.setdefault(traj.trajectory_id, [])
 
     session = engine.open_session() if hasattr(engine, "open_session") else StatelessSession(engine)
     try:
