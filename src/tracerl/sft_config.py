@@ -55,7 +55,7 @@ def check_sft_source(r) -> None:
     if sft.data is not None and sft.source != "data":
         raise ValueError(f"sft.data is only read when sft.source is data (it is {sft.source}); drop one of them")
     rejects = sft.source == "rejection" and "sft" in r.stages
-    if "rejection" in sft.model_fields_set and not rejects and "rft" not in r.stages:
+    if sft.rejection != RejectionConfig() and not rejects and "rft" not in r.stages:  # a dumped default is fine
         raise ValueError("sft.rejection is set but nothing rejection-samples; set sft.source=rejection or add an rft stage")
     if r.model.path is None:
         first = next((s for s in r.stages if s == "rft" or (s == "sft" and rejects)), None)

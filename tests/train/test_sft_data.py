@@ -99,3 +99,12 @@ def test_cli_trains_from_the_file_and_a_bad_file_exits_2_creating_nothing(tmp_pa
     assert main(["train", "smoke", f"sft.data={EXAMPLE}", "stages=[sft,eval]", "run.threads=1", "sft.epochs=2"]) == 0
     out = capsys.readouterr().out
     assert f"sft: 300 conversations from {EXAMPLE}" in out and "held-out success" in out
+
+
+def test_a_dumped_recipe_loads_back():
+    """config.yaml holds every field, defaults included: reloading it must not trip the unused-setting checks."""
+    from tracerl.config import Recipe
+
+    for over in ([], [f"sft.data={EXAMPLE}"], ["stages=[sft,eval,rft,eval]", "sft.rejection.samples=2"]):
+        r = load_recipe("smoke", over)
+        assert Recipe.model_validate(r.model_dump(mode="json")) == r
