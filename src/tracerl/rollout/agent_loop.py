@@ -21,6 +21,7 @@ import hashlib
 import random
 import time
 import uuid
+from collections.abc import Callable
 
 import torch
 
@@ -74,13 +75,20 @@ def run_episodes(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], group_id
                  tokenizer_hashes: dict[str, str] | None = None,
                  generator: torch.Generator | None = None,
                  entropy_out: dict[str, list[float]] | None = None,
-                 concurrent_steps: bool = True) -> list[Trajectory]:
+                 concurrent_steps: bool = True,
+                 on_turn: Callable[[], int] | None = None) -> list[Trajectory]:
     """Play one episode per task (repeat a task to form a group) and return validated trajectories.
 
     `entropy_out`, when given, receives each trajectory's per-action-token entropy of the sampling
     distribution (a diagnostic, not part of the contract), keyed by trajectory id. With
     `concurrent_steps` each episode's env lives on its own thread and a turn's steps run at once;
     without, they run one after another on this thread (and `step_timeout_s` cannot apply).
+
+    `on_turn`, when given, is called before every batched policy turn and returns the policy version
+    whose weights the engine holds now (an asynchronous rollout worker loads new weights there: a
+    partial rollout). When the version changed, the engine session is reopened, so every later token
+    is sampled, KV cache included, by the new weights, and each ACTION token keeps the version that
+    sampled it.
     """
     tok = engine.tokenizer
     threaded = concurrent_steps or budgets.step_timeout_s is not None
@@ -101,9 +109,16 @@ def run_episodes(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], group_id
         traj.add_span("prompt", 0, len(ids))
         episodes.append(_Episode(task, env, traj, th))
 
-    session = engine.open_session() if hasattr(engine, "open_session") else StatelessSession(engine)
+    def new_session():
+        return engine.open_session() if hasattr(engine, "open_session") else StatelessSession(engine)
+
+    session = new_session()
     try:
         while True:
+            if on_turn is not None:
+                version = on_turn()
+                if version != policy_version:  # new weights: no KV entry of the old ones is reused
+                    policy_version, session = version, new_session()
             active = [(k, ep) for k, ep in enumerate(episodes) if not ep.done]
             room = [min(budgets.max_new_tokens, budgets.max_tokens - len(ep.traj)) for _, ep in active]
             for (_, ep), r in zip(active, room):
