@@ -31,8 +31,10 @@ class PoolCounters:
 class WorkerPool:
     """`factory(worker_id, incarnation)` makes a worker; incarnation counts its replacements."""
 
-    def __init__(self, factory: Callable[[int, int], RolloutWorker], n: int, *, per_worker: int = 2):
+    def __init__(self, factory: Callable[[int, int], RolloutWorker], n: int, *, per_worker: int = 2,
+                 max_replacements: int | None = None):
         self.factory, self.per_worker = factory, per_worker
+        self.max_replacements = 3 * n if max_replacements is None else max_replacements
         self.incarnation = [0] * n
         self.workers: list[RolloutWorker] = [factory(i, 0) for i in range(n)]
         self.assigned: dict[int, tuple[int, RolloutJob]] = {}  # job id -> (worker id, job)
@@ -85,6 +87,10 @@ class WorkerPool:
 
     def _replace(self, wid: int) -> None:
         self.counters.worker_deaths += 1
+        if self.counters.worker_deaths > self.max_replacements:  # a worker that cannot start: stop, do not loop
+            raise RuntimeError(f"rollout workers died {self.counters.worker_deaths} times (the last, worker {wid}, "
+                               f"with exit code {getattr(getattr(self.workers[wid], 'proc', None), 'exitcode', '?')}); "
+                               "see its traceback above")
         self.workers[wid].close()
         self.incarnation[wid] += 1
         self.workers[wid] = self.factory(wid, self.incarnation[wid])

@@ -147,7 +147,8 @@ def train_rl_async(model, tokenizer, engine, sampler, recipe: Recipe, *, spec, l
             pool.submit(job)
         while state.step < until and budget_left():
             t0 = time.time()
-            while next_job < until and gate.may_start(next_job, state.step) and pool.has_capacity():
+            while (state.step + len(buffer) + pool.in_flight < until and gate.may_start(len(buffer) + pool.in_flight)
+                   and pool.has_capacity()):
                 job = make_job(next_job)
                 if job is None:
                     break

@@ -1,10 +1,12 @@
 """The staleness bound η of asynchronous RL (AReaL, Fu et al. 2025, "bounded staleness").
 
-Versions: the learner's policy version before training step s is `v0 + s`; rollout job k is meant
-for step k. Two checks keep stale data honest:
+Versions: the learner's policy version before training step s is `v0 + s`. A rollout job (one step's
+batch) issued while `ahead` jobs are already buffered or in flight is meant for step s + ahead. Two
+checks keep stale data honest:
 
-- at generation start: job k may start only while k − (steps trained) ≤ η, so its tokens are
-  sampled by a version at most η behind the one it is meant to be trained at;
+- at generation start: a job may start only while ahead ≤ η (AReaL's ⌊(N_r − 1)/B⌋ ≤ i + η with N_r
+  the rollouts generated or running, B the batch), so its tokens are sampled by a version at most η
+  behind the one it is meant to be trained at;
 - at batch formation: a trajectory whose oldest ACTION token lags the learner's version by more than
   η is rejected (stored apart and counted, never trained). A job that lands late (a long-tail episode
   while later jobs finished first) is what this catches.
@@ -37,9 +39,10 @@ def lag(traj: Trajectory, learner_version: int) -> int:
 class StalenessGate:
     max_staleness: int  # η
 
-    def may_start(self, job_step: int, steps_trained: int) -> bool:
-        """AReaL's start rule: a rollout for step `job_step` starts only within η of the learner."""
-        return job_step - steps_trained <= self.max_staleness
+    def may_start(self, ahead: int) -> bool:
+        """AReaL's start rule: a new job, with `ahead` jobs buffered or in flight before it, is meant for
+        step s + ahead; it starts only within η of the learner's step s."""
+        return ahead <= self.max_staleness
 
     def split(self, trajs: Sequence[Trajectory], learner_version: int) -> tuple[list[Trajectory], list[Trajectory]]:
         """(admitted, rejected): the re-check when a batch is formed."""
