@@ -1,6 +1,6 @@
 """Sync vs async RL under long-tail tool latency: wall time to a held-out target, accepted samples/s, ESS.
 
-    python benchmarks/async.py [--seeds 0] [--etas 0 1 2 4] [--workers 2] [--steps 16] [key.sub=value ...]
+    python benchmarks/async.py [--seeds 0] [--etas 0 1 2 4] [--workers 2] [--steps 10] [--group 4] [key.sub=value ...]
 
 One SFT run per seed (no latency) gives the starting checkpoint; then every configuration trains RL
 from it on math_tool with a long tail of environment latency: a fraction `--slow` of env steps
@@ -74,7 +74,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--etas", type=int, nargs="+", default=[0, 1, 2, 4])
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--group", type=int, default=4, help="rollouts per task (8 tasks per step)")
     ap.add_argument("--slow", type=float, default=0.3, help="fraction of env steps with extra latency")
     ap.add_argument("--slow-s", type=float, default=0.4, help="median extra latency (s)")
     ap.add_argument("--sigma", type=float, default=1.0, help="log-normal spread of the extra latency")
@@ -82,9 +83,9 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args()
     root = Path(a.root or tempfile.mkdtemp(prefix="tracerl-async-"))
-    common = ["sft.demos=1500", "sft.epochs=8", *a.overrides]
-    rl = [f"rl.steps={a.steps}", "rl.prompts_per_step=8", "rl.group_size=8", f"rl.eval_every={max(1, a.steps // 4)}",
-          "rl.checkpoint_every=0", "eval.tasks=64", "eval.samples=2", "eval.k=[1,2]",
+    common = ["sft.demos=1200", "sft.epochs=6", *a.overrides]
+    rl = [f"rl.steps={a.steps}", "rl.prompts_per_step=8", f"rl.group_size={a.group}", f"rl.eval_every={max(1, a.steps // 2)}",
+          "rl.checkpoint_every=0", "eval.tasks=48", "eval.samples=2", "eval.k=[1,2]",
           f"faults.slow_call={a.slow}", f"faults.slow_s={a.slow_s}", f"faults.slow_sigma={a.sigma}", *a.overrides]
     configs = [("sync", [])] + [(f"async-eta{e}", ["rl.mode=async", f"rl.max_staleness={e}",
                                                    f"rl.rollout_workers={a.workers}"]) for e in a.etas]
@@ -98,7 +99,7 @@ def main() -> None:
             r["target"], r["time_to_target"] = target, time_to(r["curve"], target)
             print(json.dumps(r), flush=True)
         results += per
-    print(f"\nseeds {a.seeds}; math_tool, {a.steps} RL steps of 8x8 episodes, {a.slow:.0%} of env steps +"
+    print(f"\nseeds {a.seeds}; math_tool, {a.steps} RL steps of 8x{a.group} episodes, {a.slow:.0%} of env steps +"
           f"{a.slow_s}s·exp({a.sigma}·z); async rows: {a.workers} rollout workers. Ratios are against sync, same seed.")
     head = (f"{'config':<13} {'RL wall s':>9} {'x sync':>7} {'to target s':>11} {'x sync':>7} {'samples/s':>9} "
             f"{'x sync':>7} {'stale':>6} {'ESS frac':>8} {'final':>6}")
