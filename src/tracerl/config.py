@@ -188,6 +188,8 @@ class Recipe(_Cfg):
                 raise ValueError(f"rl.stages names must be unique, got {names}")
             object.__setattr__(self.rl, "steps", sum(s.steps for s in self.rl.stages))
         self.roles.check([self.rl.algorithm])
+        if self.rl.mode == "async" and self.tasks.sampler.kind == "dynamic":
+            raise ValueError("rl.mode: async forms fixed-size batches; it does not combine with tasks.sampler.kind: dynamic")
         if "rl" in self.stages and self.sampling.temperature <= 0:
             raise ValueError(f"RL samples from the policy, so sampling.temperature must be > 0 (got {self.sampling.temperature}); "
                              "greedy decoding belongs to evaluation")

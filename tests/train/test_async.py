@@ -51,6 +51,7 @@ def _stored(store, stage, steps):
              for t in store.trajectories(stage=stage, step=s)] for s in range(steps)]
 
 
+@pytest.mark.timeout(900)  # spawns rollout worker processes (slow to import on a loaded machine)
 def test_eta0_async_trains_on_the_same_data_as_sync(tiny, tmp_path):
     """One spawned worker, η = 0: the same tokens, versions and log-probs at every step, and the same weights."""
     model0, tok = tiny
@@ -156,6 +157,7 @@ def _delayed_factory(model, tok, delays, learner_ticks):
     return factory
 
 
+@pytest.mark.timeout(900)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(eta=st.integers(0, 2), workers=st.integers(1, 3), learner_ticks=st.integers(0, 30),
        delays=st.lists(st.lists(st.integers(1, 60), min_size=12, max_size=12), min_size=3, max_size=3))
@@ -200,6 +202,7 @@ class KillOnStart:
         return ev
 
 
+@pytest.mark.timeout(900)  # spawns rollout worker processes (slow to import on a loaded machine)
 def test_killed_worker_is_replaced_and_its_job_retried(tiny, tmp_path):
     model0, tok = tiny
     model = copy.deepcopy(model0)
@@ -248,7 +251,8 @@ def test_resume_trains_every_buffered_result_and_restarts_in_flight_jobs(tiny, t
 
 
 @pytest.mark.parametrize("bad", [["rl.max_staleness=2"], ["rl.rollout_workers=2"],
-                                 ["rl.mode=async", "rl.algorithm.dynamic_sampling=true"]])
+                                 ["rl.mode=async", "rl.algorithm.dynamic_sampling=true"],
+                                 ["rl.mode=async", "tasks.sampler.kind=dynamic"]])
 def test_async_keys_are_checked(bad):
     with pytest.raises(UserError):
         load_recipe("smoke", bad)
