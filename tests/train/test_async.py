@@ -178,6 +178,27 @@ def test_no_trajectory_older_than_eta_is_trained(tiny, eta, workers, learner_tic
             assert all(lag(t, 1 + s) > eta for t in store.trajectories(stage="rl_stale", step=s))
 
 
+def test_a_job_overtaken_twice_is_rejected_and_counted(tiny, tmp_path):
+    """η = 1, two workers; job 0 (worker 0) is slow, jobs 1 and 2 (worker 1) are fast. Job 1 trains at step 0
+    (version 1, lag 0), job 2 at step 1 (version 2, lag 0), then job 0 lands at step 2: learner version 3,
+    sampled by version 1, lag 2 > η, so both its trajectories are rejected, stored under rl_stale, counted."""
+    model0, tok = tiny
+    model = copy.deepcopy(model0)
+    recipe = _recipe("rl.mode=async", "rl.max_staleness=1", "rl.rollout_workers=2", "rl.steps=4",
+                     "rl.prompts_per_step=1", "rl.group_size=2", "rl.minibatches=1")
+    logged = []
+    with Store(tmp_path / "o.sqlite") as store:
+        state = _run(model, tok, recipe, store, PARITY, log=lambda m, s: logged.append(m),
+                     factory=_delayed_factory(model, tok, [[200] + [1] * 11, [1] * 12, [1] * 12], 0))
+        assert state.step == 4
+        stale = list(store.trajectories(stage="rl_stale"))
+        assert len(stale) == 2 and {t.group_id for t in stale} == {"s0-p0"}
+        assert all(lag(t, 3) == 2 for t in stale)
+        assert [t.group_id for t in store.trajectories(stage="rl", step=0)] == ["s1-p0"] * 2
+    assert logged[-1]["async/rejected_stale_total"] == 2
+    assert sum(m["async/rejected_stale"] for m in logged) == 2
+
+
 def test_gate_start_rule_and_split(tiny):
     gate = StalenessGate(1)
     assert gate.may_start(1) and not gate.may_start(2)  # with 2 jobs ahead, a new one is trained 2 versions later

@@ -134,6 +134,7 @@ def train_rl_async(model, tokenizer, engine, sampler, recipe: Recipe, *, spec, l
                           seed=recipe.run.seed * 100003 + k, budgets=budgets, sampling=sampling)
 
     pool = WorkerPool(factory, cfg.rollout_workers)
+    unlogged_stale: list = []
 
     def receive(timeout: float) -> None:
         for r in pool.poll(timeout=timeout):
@@ -166,6 +167,7 @@ def train_rl_async(model, tokenizer, engine, sampler, recipe: Recipe, *, spec, l
             totals["rejected_stale"] += len(rejected)
             if rejected:
                 store.add_trajectories(rejected, stage="rl_stale", step=state.step)
+            unlogged_stale += rejected  # a job rejected whole takes no step: its count goes with the next one
             metrics = _train_one(res, admitted, rejected, recipe=recipe, algo=algo, roles=roles, astate=astate,
                                  store=store, state=state, tokenizer=tokenizer, classify=classify, n_roll=n_roll,
                                  stage_index=stage_index, sampler=sampler)
@@ -174,8 +176,8 @@ def train_rl_async(model, tokenizer, engine, sampler, recipe: Recipe, *, spec, l
             metrics |= am.staleness_distribution([lag(t, state.policy_version) for t in admitted],
                                                  [len(t) for t in admitted], max_tokens=recipe.env.max_tokens,
                                                  eta=cfg.max_staleness)
-            metrics |= am.rejected_by_length(rejected, max_tokens=recipe.env.max_tokens)
-            metrics |= {"async/rejected_stale": float(len(rejected)), "async/rejected_stale_total": totals["rejected_stale"],
+            metrics |= am.rejected_by_length(unlogged_stale, max_tokens=recipe.env.max_tokens)
+            metrics |= {"async/rejected_stale": float(len(unlogged_stale)), "async/rejected_stale_total": totals["rejected_stale"],
                         "async/queue_depth": float(len(buffer)), "async/queue_age_s": time.time() - res.finished_at,
                         "async/in_flight": float(pool.in_flight), "async/learner_idle_s": learner_idle,
                         "async/job_lag_steps": float(state.step - res.job_id), "async/max_staleness": float(cfg.max_staleness),
@@ -196,9 +198,10 @@ def train_rl_async(model, tokenizer, engine, sampler, recipe: Recipe, *, spec, l
             held = f" | held-out {metrics['eval/success']:.3f}" if "eval/success" in metrics else ""
             line = (f"rl step {state.step:>3}/{cfg.steps} | reward {metrics.get('reward/mean', 0):.3f}{held} | "
                     f"tool calls {metrics.get('tool/calls_per_episode', 0):.2f} | "
-                    f"lag {metrics.get('async/staleness/mean', 0):.2f} | stale {len(rejected)} | "
+                    f"lag {metrics.get('async/staleness/mean', 0):.2f} | stale {len(unlogged_stale)} | "
                     f"idle {learner_idle:.1f}s | {time.time() - t0:.1f}s")
             tqdm.write(line) if progress else print(line, flush=True)
+            unlogged_stale = []
             bar.update()
             trip = gates.update(state.step, metrics)
             if trip is not None:
