@@ -80,18 +80,19 @@ def main() -> None:
     ap.add_argument("--slow-s", type=float, default=0.4, help="median extra latency (s)")
     ap.add_argument("--sigma", type=float, default=1.0, help="log-normal spread of the extra latency")
     ap.add_argument("--root", default=None)
+    ap.add_argument("--sft-checkpoint", default=None, help="start every configuration from this checkpoint (skip SFT)")
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args()
     root = Path(a.root or tempfile.mkdtemp(prefix="tracerl-async-"))
     common = ["sft.demos=1200", "sft.epochs=6", *a.overrides]
     rl = [f"rl.steps={a.steps}", "rl.prompts_per_step=8", f"rl.group_size={a.group}", f"rl.eval_every={max(1, a.steps // 2)}",
-          "rl.checkpoint_every=0", "eval.tasks=48", "eval.samples=2", "eval.k=[1,2]",
+          "rl.checkpoint_every=0", "eval.tasks=32", "eval.samples=2", "eval.k=[1,2]",
           f"faults.slow_call={a.slow}", f"faults.slow_s={a.slow_s}", f"faults.slow_sigma={a.sigma}", *a.overrides]
     configs = [("sync", [])] + [(f"async-eta{e}", ["rl.mode=async", f"rl.max_staleness={e}",
                                                    f"rl.rollout_workers={a.workers}"]) for e in a.etas]
     results = []
     for seed in a.seeds:
-        ckpt = sft_checkpoint(seed, root, common)
+        ckpt = Path(a.sft_checkpoint) if a.sft_checkpoint else sft_checkpoint(seed, root, common)
         per = [run_config(label, seed, ckpt, root, rl + extra) for label, extra in configs]
         sync = per[0]
         target = sync["start"] + 0.5 * (sync["final"] - sync["start"])

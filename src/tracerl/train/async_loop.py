@@ -159,9 +159,11 @@ def train_rl_async(model, tokenizer, engine, sampler, recipe: Recipe, *, spec, l
                 break  # nothing left to generate (budget spent)
             t_wait = time.time()
             receive(0.0)
-            while not buffer:
+            while not buffer and pool.in_flight:
                 receive(0.5)
             learner_idle = time.time() - t_wait
+            if not buffer:  # the jobs in flight were excluded (their workers died twice): issue new ones
+                continue
             res = buffer.pop(0)  # the first job that finished, whichever step it was meant for
             admitted, rejected = gate.split(res.trajectories, state.policy_version)
             totals["rejected_stale"] += len(rejected)
