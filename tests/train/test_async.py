@@ -43,6 +43,7 @@ def _run(model, tok, recipe, store, spec, *, factory=None, state=None, log=None,
     engine = TorchEngine(model, tok)
     if factory is not None:
         return train_rl_async(model, tok, engine, sampler, recipe, worker_factory=factory, **kw)
+    assert recipe.rl.mode == "sync"
     return train_rl(model, tok, engine, sampler, recipe, **kw)
 
 

@@ -39,7 +39,6 @@ from tracerl.telemetry import async_metrics as am
 from tracerl.telemetry.exploration import tag_classifier, tokenizer_pieces
 from tracerl.train.audits import AuditReplay, ProbeReplay
 from tracerl.train.aux_roles import AUX_ROLES, build_aux_roles
-from tracerl.train.rl import RLState, _task_metrics
 from tracerl.train.roles import FrozenRole, PolicyRole, Roles
 from tracerl.train.staleness import StalenessGate, lag
 from tracerl.train.update import rl_update
@@ -85,12 +84,12 @@ def spec_ref_for(recipe: Recipe) -> SpecRef:
 
 
 def train_rl_async(model, tokenizer, engine, sampler, recipe: Recipe, *, spec, log, on_eval, on_checkpoint, store,
-                   tokenizer_hashes, progress: bool = True, state: RLState | None = None, until: int | None = None,
-                   stage_index: int = 0, reference=None, worker_factory=None) -> RLState:
-    """`train_rl` with rollout workers beside the learner (same arguments; `worker_factory` for tests)."""
+                   tokenizer_hashes, progress: bool = True, state=None, until: int | None = None,
+                   stage_index: int = 0, reference=None, worker_factory=None):
+    """`train_rl` with rollout workers beside the learner (same arguments, `state` an `RLState`, given by
+    `train_rl`'s dispatch; `worker_factory` for tests). Returns the state."""
     cfg = recipe.rl
     algo = async_algorithm(cfg.algorithm)
-    state = state or RLState()
     until = cfg.steps if until is None else until
     sampling = recipe.sampling.model_dump()
     roles = Roles(PolicyRole(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=sampling,
@@ -268,6 +267,14 @@ def _train_one(res: RolloutResult, trajs, rejected, *, recipe, algo, roles, asta
     metrics |= am.version_metrics(batch.version_BT, batch.mask_BT, state.policy_version)
     metrics |= _task_metrics(got.report, sampler, state.generated_tokens, stage_index)
     return metrics
+
+
+def _task_metrics(report, sampler, generated_tokens: int, stage_index: int) -> dict[str, float]:
+    """The sync loop's `tasks/*` metrics (train/rl.py), kept here so the two loops do not import each other."""
+    return {"tasks/rounds": float(report.rounds), "tasks/groups_generated": float(report.groups_generated),
+            "tasks/groups_kept": float(report.kept_groups), "tasks/oversampling": report.oversampling,
+            "tasks/zero_variance_groups": float(sum(report.zero_variance_groups.values())),
+            "tasks/generated_tokens": float(generated_tokens), "rl/stage": float(stage_index), **sampler.metrics()}
 
 
 def _result_dict(r: RolloutResult) -> dict:

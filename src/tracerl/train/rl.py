@@ -74,7 +74,8 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
 
         return train_rl_async(model, tokenizer, engine, sampler, recipe, spec=spec, log=log, on_eval=on_eval,
                               on_checkpoint=on_checkpoint, store=store, tokenizer_hashes=tokenizer_hashes,
-                              progress=progress, state=state, until=until, stage_index=stage_index, reference=reference)
+                              progress=progress, state=state or RLState(), until=until, stage_index=stage_index,
+                              reference=reference)
     cfg, algo = recipe.rl, recipe.rl.algorithm
     state = state or RLState()
     until = cfg.steps if until is None else until
