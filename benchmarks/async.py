@@ -12,7 +12,9 @@ Per configuration: wall time of the RL stage; wall time until held-out success f
 target (halfway from the SFT score to sync's final score, the same target for every configuration of
 a seed); accepted (trained) trajectories per second; trajectories rejected as stale; the mean ESS
 fraction of the importance weights π_prox/π_behavior (async; sync is on-policy: 1); final held-out
-success. `rl.rollout_workers` is `--workers` for every async row.
+success; and the steady-state step time (median gap between consecutive RL steps, evaluation gaps
+left out), which is the throughput once the workers are up. `rl.rollout_workers` is `--workers` for
+every async row. `--summarize LOG` re-prints the table of a finished run.
 """
 
 from __future__ import annotations
@@ -62,7 +64,20 @@ def run_config(label: str, seed: int, ckpt: Path, root: Path, overrides: list[st
     ess = [r["async/ess_frac"] for r in rl if "async/ess_frac" in r]
     return {"label": label, "seed": seed, "curve": curve, "rl_wall_s": curve[-1][0], "trained": trained,
             "samples_per_s": trained / max(curve[-1][0], 1e-9), "stale": sum(r.get("async/rejected_stale", 0) for r in rl),
-            "ess_frac": sum(ess) / len(ess) if ess else 1.0, "final": curve[-1][1], "start": curve[0][1]}
+            "ess_frac": sum(ess) / len(ess) if ess else 1.0, "final": curve[-1][1], "start": curve[0][1],
+            "step_s": steady_step_s(run, {r["step"] for r in rows if r["stage"] == "rl" and "eval/success" in r})}
+
+
+def steady_step_s(run: Path, eval_steps: set[int]) -> float:
+    """Median seconds between consecutive RL steps (store metric times), leaving out the gaps that hold an
+    evaluation: the throughput once the workers are up, without start-up and eval."""
+    import sqlite3
+
+    with sqlite3.connect(run / "store.sqlite") as db:
+        rows = db.execute("SELECT step, MIN(time) FROM metrics WHERE stage = 'rl' AND name = 'reward/mean' "
+                          "GROUP BY step ORDER BY step").fetchall()
+    gaps = sorted(b - a for (_, a), (step, b) in zip(rows, rows[1:]) if step not in eval_steps)
+    return gaps[len(gaps) // 2] if gaps else float("nan")
 
 
 def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
@@ -81,6 +96,7 @@ def main() -> None:
     ap.add_argument("--sigma", type=float, default=1.0, help="log-normal spread of the extra latency")
     ap.add_argument("--root", default=None)
     ap.add_argument("--sft-checkpoint", default=None, help="start every configuration from this checkpoint (skip SFT)")
+    ap.add_argument("--summarize", default=None, help="re-print the table of a finished run from its log file")
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args()
     root = Path(a.root or tempfile.mkdtemp(prefix="tracerl-async-"))
@@ -88,6 +104,13 @@ def main() -> None:
     rl = [f"rl.steps={a.steps}", "rl.prompts_per_step=8", f"rl.group_size={a.group}", f"rl.eval_every={max(1, a.steps // 2)}",
           "rl.checkpoint_every=0", "eval.tasks=32", "eval.samples=2", "eval.k=[1,2]",
           f"faults.slow_call={a.slow}", f"faults.slow_s={a.slow_s}", f"faults.slow_sigma={a.sigma}", *a.overrides]
+    if a.summarize:  # print the table again from a finished run's log (its JSON lines)
+        results = [json.loads(x) for x in Path(a.summarize).read_text().splitlines() if x.startswith("{")]
+        for r in results:
+            run = Path(a.summarize).parent / f"{r['label']}-seed{r['seed']}"
+            rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+            r["step_s"] = steady_step_s(run, {x["step"] for x in rows if x["stage"] == "rl" and "eval/success" in x})
+        return table(results, a)
     configs = [("sync", [])] + [(f"async-eta{e}", ["rl.mode=async", f"rl.max_staleness={e}",
                                                    f"rl.rollout_workers={a.workers}"]) for e in a.etas]
     results = []
@@ -100,9 +123,13 @@ def main() -> None:
             r["target"], r["time_to_target"] = target, time_to(r["curve"], target)
             print(json.dumps(r), flush=True)
         results += per
+    table(results, a)
+
+
+def table(results: list[dict], a) -> None:
     print(f"\nseeds {a.seeds}; math_tool, {a.steps} RL steps of 8x{a.group} episodes, {a.slow:.0%} of env steps +"
           f"{a.slow_s}s·exp({a.sigma}·z); async rows: {a.workers} rollout workers. Ratios are against sync, same seed.")
-    head = (f"{'config':<13} {'RL wall s':>9} {'x sync':>7} {'to target s':>11} {'x sync':>7} {'samples/s':>9} "
+    head = (f"{'config':<13} {'RL wall s':>9} {'x sync':>7} {'step s':>6} {'x sync':>7} {'to target s':>11} {'x sync':>7} {'samples/s':>9} "
             f"{'x sync':>7} {'stale':>6} {'ESS frac':>8} {'final':>6}")
     print(head + "\n" + "-" * len(head))
     for r in results:
@@ -111,9 +138,11 @@ def main() -> None:
         ts = s["time_to_target"]
         ratio_tt = f"{ts / tt:7.2f}" if tt and ts else f"{'-':>7}"
         print(f"{r['label'] + ' s' + str(r['seed']):<13} {r['rl_wall_s']:>9.0f} {s['rl_wall_s'] / r['rl_wall_s']:>7.2f} "
+              f"{r['step_s']:>6.1f} {s['step_s'] / r['step_s']:>7.2f} "
               f"{(f'{tt:.0f}' if tt else 'not reached'):>11} {ratio_tt} {r['samples_per_s']:>9.2f} "
               f"{r['samples_per_s'] / s['samples_per_s']:>7.2f} {r['stale']:>6.0f} {r['ess_frac']:>8.3f} {r['final']:>6.3f}")
-    print("(x sync: how many times faster than sync — wall and time-to-target ratios sync/config, samples/s config/sync)")
+    print("(x sync: how many times faster than sync — wall, step and time-to-target ratios sync/config, samples/s "
+          "config/sync; step s: median gap between RL steps without the evaluation gaps, i.e. after start-up)")
 
 
 if __name__ == "__main__":
