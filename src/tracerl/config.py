@@ -190,6 +190,9 @@ class Recipe(_Cfg):
         self.roles.check([self.rl.algorithm])
         if self.rl.mode == "async" and self.tasks.sampler.kind == "dynamic":
             raise ValueError("rl.mode: async forms fixed-size batches; it does not combine with tasks.sampler.kind: dynamic")
+        if self.rl.mode == "async" and self.roles.grader is not None:
+            raise ValueError("roles.grader does not run in rl.mode: async yet (its rollouts are graded in the sync loop); "
+                             "use rl.mode: sync")
         if "rl" in self.stages and self.sampling.temperature <= 0:
             raise ValueError(f"RL samples from the policy, so sampling.temperature must be > 0 (got {self.sampling.temperature}); "
                              "greedy decoding belongs to evaluation")

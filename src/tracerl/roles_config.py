@@ -6,6 +6,8 @@ builds the roles from it, only for the roles the algorithm declares.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -35,6 +37,26 @@ class TeacherConfig(_Cfg):
     """A local HF causal LM with the run's vocabulary, e.g. `runs/<run>/checkpoints/step_N` of an earlier run."""
 
 
+class GraderConfig(_Cfg):
+    path: str
+    """The judge: a local Hugging Face causal LM (a folder, `pkg:<package>` or a cached model id)."""
+    gguf_file: str | None = None
+    """A GGUF file inside `path`, dequantised on load (as `model.gguf_file`)."""
+    mode: Literal["calibrate", "replace"] = "calibrate"
+    """`calibrate`: the judge grades every rollout beside the env's verifier (reward unchanged; agreement,
+    false-positive and false-negative rates logged as `grader/*`); `replace`: the judge's verdict is the
+    reward the policy is trained on (the env's components stay recorded with weight 0)."""
+    prompt: str | None = None
+    """Judge prompt template with `{question}` and `{response}`; null uses the shipped one. Its SHA-256 is
+    in the manifest and in each verdict's trajectory."""
+    threshold: float = Field(0.5, gt=0, lt=1)
+    """Accept when P(yes) / (P(yes) + P(no)) is at least this."""
+    weight: float = Field(1.0, gt=0)
+    """Weight of the `judge` component in `replace` mode."""
+    max_response_tokens: int = Field(256, ge=8)
+    """Longer responses are cut to their last tokens (counted in `grader/response_cut`)."""
+
+
 class RolesConfig(_Cfg):
     critic: CriticConfig | None = None
     """The value model of `ppo`; null uses the defaults when the algorithm needs one. Set for an algorithm
@@ -43,6 +65,8 @@ class RolesConfig(_Cfg):
     """PRIME's implicit process reward model; null uses the defaults under `prime`."""
     teachers: list[TeacherConfig] = Field(default_factory=list)
     """Frozen teachers of `mopd` (at least one; names unique)."""
+    grader: GraderConfig | None = None
+    """A learned grader (a generative judge model) beside any algorithm; see `GraderConfig.mode`."""
 
     @property
     def critic_or_default(self) -> CriticConfig:

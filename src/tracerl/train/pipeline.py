@@ -32,6 +32,7 @@ from tracerl.telemetry import MetricLoggers
 from tracerl.faults import wrap_spec
 from tracerl.train.checkpoint import checkpoint_marks, freeze, load_reference, load_trainer_state, save_checkpoint
 from tracerl.train.demos import collect_demos, demo_texts, tokenize_demo
+from tracerl.train.grading import GraderRole
 from tracerl.train.rl import RLState, train_rl
 from tracerl.train.sft import train_sft
 from tracerl.train.stages import RLStage, build_stage_tasks, recipe_tasks, rl_stages, write_ledger
@@ -95,6 +96,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     torch.manual_seed(recipe.run.seed)
     _quiet_transformers()
     rl_state, stages = None, list(recipe.stages)
+    grader = GraderRole.build(recipe.roles.grader) if "rl" in stages else None  # a bad judge fails before any write
     if resume is not None:
         run = RunDir(resume)
         ckpt, saved, stages = _resume_point(run, recipe)
@@ -148,7 +150,9 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
                    "pool": base_pool.manifest(), "sampler": recipe.tasks.sampler.model_dump(mode="json"),
                    "rl_stages": [st.describe() for st in rl_stages(recipe)]},
             env={"name": spec.name, "revision": spec.revision},
-            verifier={"name": f"{spec.name}.verify", "revision": spec.revision},
+            verifier={"name": f"{spec.name}.verify", "revision": spec.revision,
+                      **({"grader": {**grader.grader.manifest(), "mode": grader.cfg.mode, "path": grader.cfg.path}}
+                         if grader else {})},
             sandbox=_sandbox_revision(), truncation_policy=recipe.rl.truncation,
             model={"path": recipe.model.path, "gguf_file": recipe.model.gguf_file, "tiny": recipe.model.path is None}))
     else:
@@ -214,7 +218,8 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
                 state = train_rl(model, tokenizer, engine, sampler, st.recipe, spec=spec, log=log_rl,
                                  on_eval=lambda s, v: evaluate(s, v, f"rl step {s}"), on_checkpoint=on_ckpt,
                                  store=run.store, tokenizer_hashes=hashes, progress=recipe.run.progress,
-                                 state=state, until=st.end, stage_index=st.index, reference=reference["model"])
+                                 state=state, until=st.end, stage_index=st.index, reference=reference["model"],
+                                 grader=grader)
             version, rl_steps_done, last_stage = state.policy_version, state.step, "rl"
     final = run.checkpoints / f"step_{rl_steps_done}"
     if not final.exists():

@@ -63,11 +63,12 @@ def _task_metrics(report, sampler, generated_tokens: int, stage_index: int) -> d
 def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Recipe, *, spec, log,
              on_eval: Callable[[int, int], dict[str, float]] | None, on_checkpoint: Callable[[int, RLState], None],
              store, tokenizer_hashes: dict[str, str], progress: bool = True, state: RLState | None = None,
-             until: int | None = None, stage_index: int = 0, reference=None) -> RLState:
+             until: int | None = None, stage_index: int = 0, reference=None, grader=None) -> RLState:
     """Run RL steps until global step `until` (default `rl.steps`) or the generated-token budget.
 
     `recipe` is the stage's recipe (`stages.rl_stages`); `sampler` draws its tasks and its state is
-    saved in every checkpoint. `reference` is the frozen reference policy (used when the algorithm has a KL term).
+    saved in every checkpoint. `reference` is the frozen reference policy (used when the algorithm has a KL term);
+    `grader` a `train.grading.GraderRole` (`roles.grader`) that grades each round of rollouts.
     """
     if recipe.rl.mode == "async":  # rollout workers beside the learner: train/async_loop.py
         from tracerl.train.async_loop import train_rl_async
@@ -126,6 +127,8 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
                                  policy_version=state.policy_version,
                                  seed=recipe.run.seed * 100003 + state.step + r * 7_000_003,
                                  tokenizer_hashes=tokenizer_hashes, generator=gen, entropy_out=entropy)
+            if grader is not None:  # before selection: dynamic sampling and advantages see the judged reward
+                grader.apply(trajs, batch, tokenizer)
             generated.extend(trajs)
             state.generated_tokens += sum(t.num_action_tokens for t in trajs)
             out = []
@@ -169,6 +172,7 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
                                    timings={"rollout": t_roll, "learner": time.time() - t1},
                                    policy_version=state.policy_version, classify=classify)
         metrics |= _task_metrics(got.report, sampler, state.generated_tokens, stage_index)
+        metrics |= grader.metrics() if grader is not None else {}
         state.policy_version += 1
         state.step += 1
         metrics |= audits.metrics(state.step)

@@ -1,0 +1,85 @@
+"""The grader role: a learned judge (`roles.grader`) grading rollouts beside, or instead of, the env's verifier.
+
+Applied to each round of rollouts right after they are generated, before group selection, so DAPO's
+dynamic sampling and every advantage see the reward the policy is actually trained on. The judge
+reads the task's question and everything after the prompt (the policy's turns and the tool
+observations, decoded with the policy's tokenizer). Infra failures are not graded.
+
+- `calibrate`: a `judge` component with weight 0 is added (the reward is unchanged) and the step's
+  agreement with the deterministic verdict (`eval.heldout.is_success`) is logged as `grader/*`.
+- `replace`: the reward becomes `weight × judge`; the env's components stay recorded with weight 0,
+  and the trajectory names the judge as its verifier, so the chain of evidence says who rewarded it.
+  Held-out evaluation keeps the env's deterministic verifier, so a judge that can be gamed shows up
+  as training reward rising while held-out success does not.
+"""
+
+from __future__ import annotations
+
+from tracerl.contract import TokenRole, Trajectory
+from tracerl.errors import UserError
+from tracerl.eval.heldout import is_success
+from tracerl.roles_config import GraderConfig
+from tracerl.verifiers.calibration import calibration
+from tracerl.verifiers.learned_grader import DEFAULT_PROMPT, LearnedGrader
+
+
+def _question(task) -> str:
+    p = task.prompt
+    return p if isinstance(p, str) else "\n".join(m.get("content", "") for m in p if m.get("role") == "user")
+
+
+def response_text(traj: Trajectory, tokenizer) -> str:
+    """The episode after its prompt: policy turns and observations, as the policy's tokenizer reads them."""
+    first = next((i for i, r in enumerate(traj.roles) if r == TokenRole.ACTION), len(traj.roles))
+    return tokenizer.decode(traj.token_ids[first:], skip_special_tokens=True)
+
+
+class GraderRole:
+    def __init__(self, cfg: GraderConfig, grader: LearnedGrader):
+        self.cfg, self.grader = cfg, grader
+        self._pairs: list[tuple[bool, bool]] = []
+        self._p_yes: list[float] = []
+        self._cut = 0
+
+    @classmethod
+    def build(cls, cfg: GraderConfig | None) -> GraderRole | None:
+        if cfg is None:
+            return None
+        try:
+            grader = LearnedGrader.from_path(cfg.path, gguf_file=cfg.gguf_file, prompt=cfg.prompt or DEFAULT_PROMPT,
+                                             threshold=cfg.threshold, max_response_tokens=cfg.max_response_tokens)
+        except UserError as err:
+            raise UserError(f"roles.grader.path: {err}".replace("set model.path", "set roles.grader.path")
+                            .replace("set model.gguf_file", "set roles.grader.gguf_file")) from None
+        except ValueError as err:
+            raise UserError(f"roles.grader: {err}") from None
+        return cls(cfg, grader)
+
+    def apply(self, trajs: list[Trajectory], tasks: list, tokenizer) -> None:
+        """Grade `trajs` (aligned with their `tasks`) in place."""
+        todo = [(t, task) for t, task in zip(trajs, tasks, strict=True) if t.trainable]
+        verdicts = self.grader.grade([(_question(task), response_text(t, tokenizer)) for t, task in todo])
+        for (t, _), v in zip(todo, verdicts):
+            self._pairs.append((is_success(t), v.accept))
+            self._p_yes.append(v.p_yes)
+            self._cut += v.response_cut
+            comps = {**{k: c for k, c in t.reward_components.items() if k != "judge"}, "judge": float(v.accept)}
+            if self.cfg.mode == "replace":
+                t.set_reward(comps, {"judge": self.cfg.weight})
+                t.verifier_name, t.verifier_revision = self.grader.name, self.grader.revision
+            else:
+                t.set_reward(comps, {**t.reward_weights, "judge": 0.0})
+            t.verifier_output = {**t.verifier_output, **v.raw(), "judge_prompt_sha256": self.grader.prompt_sha256}
+
+    def metrics(self) -> dict[str, float]:
+        """This step's `grader/*` figures (then reset)."""
+        if not self._pairs:
+            return {}
+        c = calibration(self._pairs)
+        keep = ("n", "agreement", "false_positive_rate", "false_negative_rate", "judge_accept_rate",
+                "verifier_accept_rate")
+        out = {f"grader/{k}": c[k] for k in keep if c[k] == c[k]}  # NaN (an empty class) is left out
+        out["grader/p_yes_mean"] = sum(self._p_yes) / len(self._p_yes)
+        out["grader/response_cut"] = float(self._cut)
+        self._pairs, self._p_yes, self._cut = [], [], 0
+        return out
