@@ -274,7 +274,8 @@ def test_resume_trains_every_buffered_result_and_restarts_in_flight_jobs(tiny, t
 
 @pytest.mark.parametrize("bad", [["rl.max_staleness=2"], ["rl.rollout_workers=2"],
                                  ["rl.mode=async", "rl.algorithm.dynamic_sampling=true"],
-                                 ["rl.mode=async", "tasks.sampler.kind=dynamic"]])
+                                 ["rl.mode=async", "tasks.sampler.kind=dynamic"],
+                                 ["rl.mode=async", "roles.grader={path: /x}"]])
 def test_async_keys_are_checked(bad):
     with pytest.raises(UserError):
         load_recipe("smoke", bad)
