@@ -187,6 +187,11 @@ class Recipe(_Cfg):
         check_sft_source(self)
         if "faults" in self.eval.slices and not self.faults.active:
             raise ValueError("eval.slices lists faults but no fault rate is set; set e.g. faults.tool_crash=0.1 or drop the slice")
+        if self.rl.mode == "async" and self.tasks.sampler.kind == "dynamic":
+            raise ValueError("rl.mode: async forms fixed-size batches; it does not combine with tasks.sampler.kind: dynamic")
+        if self.rl.mode == "async" and self.roles.grader is not None:
+            raise ValueError("roles.grader does not run in rl.mode: async yet (its rollouts are graded in the sync loop); "
+                             "use rl.mode: sync")
         if "rl" in self.stages and self.sampling.temperature <= 0:
             raise ValueError(f"RL samples from the policy, so sampling.temperature must be > 0 (got {self.sampling.temperature}); "
                              "greedy decoding belongs to evaluation")

@@ -20,6 +20,7 @@ the rows one by one and ends only the failing row's episode, as `infra_failure` 
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import time
 import zlib
@@ -57,7 +58,9 @@ class FaultsConfig(BaseModel):
     hang_s: float = Field(0.5, gt=0.0, le=600.0)
     """The per-call timeout a hang runs into (seconds)."""
     slow_s: float = Field(0.05, ge=0.0, le=600.0)
-    """Extra seconds of a slow call."""
+    """Extra seconds of a slow call (the median when `slow_sigma` > 0)."""
+    slow_sigma: float = Field(0.0, ge=0.0, le=5.0)
+    """Log-normal spread of a slow call: it takes slow_s · exp(σ·z), z standard normal (a long tail); 0 is fixed."""
     seed: int = Field(0, ge=0)
     """Seed of the fault draws (with the task id and reset seed)."""
 
@@ -94,7 +97,8 @@ class FaultyEnv:
         kind = self._draw()
         slow = self.rng.random() < self.cfg.slow_call
         if slow:
-            time.sleep(self.cfg.slow_s)
+            sigma = self.cfg.slow_sigma
+            time.sleep(min(600.0, self.cfg.slow_s * (math.exp(sigma * self.rng.gauss(0.0, 1.0)) if sigma else 1.0)))
         try:
             if kind == "tool_hang":
                 time.sleep(self.cfg.hang_s)  # the call's own timeout ends it

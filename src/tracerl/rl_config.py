@@ -72,6 +72,16 @@ class RLConfig(_Cfg):
     """Held-out evaluation every N steps (0: only at the eval stages)."""
     checkpoint_every: int = Field(20, ge=0)
     """Save a resumable checkpoint every N steps (0: only at the end)."""
+    mode: Literal["sync", "async"] = "sync"
+    """sync: generate, then learn, one after the other; async: rollout worker processes generate while the
+    learner trains, under the staleness bound `max_staleness` (docs/async.md)."""
+    max_staleness: int = Field(1, ge=0, le=64)
+    """Async: η, the most policy versions a trained token may lag the learner (AReaL's bound); a rollout
+    starts only within it and a batch rejects (and counts) what fell beyond it."""
+    rollout_workers: int = Field(1, ge=1, le=64)
+    """Async: rollout worker processes (one torch thread each)."""
+    partial_rollouts: bool = True
+    """Async: a weight update may land between the turns of an episode (later turns use the new version)."""
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -79,6 +89,18 @@ class RLConfig(_Cfg):
         if isinstance(value, dict) and "name" not in value:
             return {"name": "grpo", **value}
         return value
+
+    @model_validator(mode="after")
+    def _async_fields_are_used(self) -> RLConfig:
+        if self.mode == "sync":  # by value: a resolved config round-trips
+            changed = [f"rl.{k}" for k, d in (("max_staleness", 1), ("rollout_workers", 1), ("partial_rollouts", True))
+                       if getattr(self, k) != d]
+            if changed:
+                raise ValueError(f"{', '.join(changed)} applies only with rl.mode: async")
+        elif self.algorithm.dynamic_sampling or self.algorithm.clip_cov is not None or self.algorithm.kl_cov is not None:
+            raise ValueError("rl.mode: async trains with the decoupled surrogate and fixed-size batches; it does not "
+                             "combine with dynamic_sampling, clip_cov or kl_cov (use rl.mode: sync)")
+        return self
 
     @model_validator(mode="after")
     def _penalty_is_used(self) -> RLConfig:

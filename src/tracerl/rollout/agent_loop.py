@@ -24,6 +24,7 @@ import hashlib
 import random
 import time
 import uuid
+from collections.abc import Callable
 
 import torch
 
@@ -81,7 +82,8 @@ def run_episodes(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], group_id
                  tokenizer_hashes: dict[str, str] | None = None,
                  generator: torch.Generator | None = None,
                  entropy_out: dict[str, list[float]] | None = None,
-                 concurrent_steps: bool = True, watchdog: Watchdog | None = None) -> list[Trajectory]:
+                 concurrent_steps: bool = True, watchdog: Watchdog | None = None,
+                 on_turn: Callable[[], int] | None = None) -> list[Trajectory]:
     """Play one episode per task (repeat a task to form a group) and return validated trajectories.
 
     `entropy_out`, when given, receives each trajectory's per-action-token entropy of the sampling
@@ -89,10 +91,17 @@ def run_episodes(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], group_id
     `concurrent_steps` each episode's env lives on its own thread and a turn's steps run at once;
     without, they run one after another on this thread (and `step_timeout_s` cannot apply).
     `watchdog` (default: one with `budgets.watchdog_s`) names a phase that runs past its budget.
+
+    `on_turn`, when given, is called before every batched policy turn and returns the policy version
+    whose weights the engine holds now (an asynchronous rollout worker loads new weights there: a
+    partial rollout). When the version changed, the engine session is reopened, so every later token
+    is sampled, KV cache included, by the new weights, and each ACTION token keeps the version that
+    sampled it.
     """
     wd = watchdog or Watchdog(budgets.watchdog_s)
     kw = dict(budgets=budgets, sampling=sampling, policy_version=policy_version, tokenizer_hashes=tokenizer_hashes,
-              generator=generator, entropy_out=entropy_out, concurrent_steps=concurrent_steps, watchdog=wd)
+              generator=generator, entropy_out=entropy_out, concurrent_steps=concurrent_steps, watchdog=wd,
+              on_turn=on_turn)
     trajs = _play(engine, spec, tasks, group_ids, seed=seed, **kw)
     for attempt in range(1, budgets.infra_retries + 1):
         again = [i for i, t in enumerate(trajs) if t.terminal_reason == TerminalReason.INFRA_FAILURE]
@@ -110,7 +119,7 @@ def run_episodes(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], group_id
 
 def _play(engine, spec: EnvSpec, tasks: list[Task], group_ids: list[str], *, budgets: LoopBudgets, sampling: dict,
           policy_version: int, seed: int, tokenizer_hashes, generator, entropy_out, concurrent_steps: bool,
-          watchdog: Watchdog) -> list[Trajectory]:
+          watchdog: Watchdog, on_turn: Callable[[], int] | None) -> list[Trajectory]:
     tok = engine.tokenizer
     threaded = concurrent_steps or budgets.step_timeout_s is not None
     envs = [spec.make() for _ in tasks]
@@ -132,9 +141,16 @@ def _play(engine, spec: EnvSpec, tasks: list[Task], group_ids: list[str], *, bud
         if entropy_out is not None:  # an episode whose first generate fails has none, but is listed
             entropy_out.setdefault(traj.trajectory_id, [])
 
-    session = engine.open_session() if hasattr(engine, "open_session") else StatelessSession(engine)
+    def new_session():
+        return engine.open_session() if hasattr(engine, "open_session") else StatelessSession(engine)
+
+    session = new_session()
     try:
         while True:
+            if on_turn is not None:
+                version = on_turn()
+                if version != policy_version:  # new weights: no KV entry of the old ones is reused
+                    policy_version, session = version, new_session()
             active = [(k, ep) for k, ep in enumerate(episodes) if not ep.done]
             room = [min(budgets.max_new_tokens, budgets.max_tokens - len(ep.traj)) for _, ep in active]
             for (_, ep), r in zip(active, room):

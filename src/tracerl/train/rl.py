@@ -46,6 +46,7 @@ class RLState:
     gate_state: dict | None = None
     roles_state: dict | None = None  # optimizer and schedule of each trained role
     algorithm_state: dict | None = None  # entropy controller, the algorithm's random stream
+    async_state: dict | None = None  # rl.mode async: buffered results and in-flight jobs (train/async_loop.py)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -69,6 +70,13 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
     saved in every checkpoint. `reference` is the frozen reference policy (used when the algorithm has a KL term);
     `grader` a `train.grading.GraderRole` (`roles.grader`) that grades each round of rollouts.
     """
+    if recipe.rl.mode == "async":  # rollout workers beside the learner: train/async_loop.py
+        from tracerl.train.async_loop import train_rl_async
+
+        return train_rl_async(model, tokenizer, engine, sampler, recipe, spec=spec, log=log, on_eval=on_eval,
+                              on_checkpoint=on_checkpoint, store=store, tokenizer_hashes=tokenizer_hashes,
+                              progress=progress, state=state or RLState(), until=until, stage_index=stage_index,
+                              reference=reference)
     cfg, algo = recipe.rl, recipe.rl.algorithm
     state = state or RLState()
     until = cfg.steps if until is None else until

@@ -1,0 +1,149 @@
+"""Sync vs async RL under long-tail tool latency: wall time to a held-out target, accepted samples/s, ESS.
+
+    python benchmarks/async.py [--seeds 0] [--etas 0 1 2 4] [--workers 2] [--steps 10] [--group 4] [key.sub=value ...]
+
+One SFT run per seed (no latency) gives the starting checkpoint; then every configuration trains RL
+from it on math_tool with a long tail of environment latency: a fraction `--slow` of env steps
+(tool calls and answers) takes `--slow-s` · exp(σ·z) seconds longer (`faults.slow_call`,
+`faults.slow_s`, `faults.slow_sigma`; z standard normal). Configurations run one after another on
+the same machine, so compare the ratios printed side by side, not the seconds.
+
+Per configuration: wall time of the RL stage; wall time until held-out success first reaches the
+target (halfway from the SFT score to sync's final score, the same target for every configuration of
+a seed); accepted (trained) trajectories per second; trajectories rejected as stale; the mean ESS
+fraction of the importance weights π_prox/π_behavior (async; sync is on-policy: 1); final held-out
+success; and the steady-state step time (median gap between consecutive RL steps, evaluation gaps
+left out), which is the throughput once the workers are up. `rl.rollout_workers` is `--workers` for
+every async row. `--summarize LOG` re-prints the table of a finished run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tracerl.cli", "train", "default", "run.progress=false", "run.threads=1", *args]
+
+
+def sft_checkpoint(seed: int, root: Path, common: list[str]) -> Path:
+    run = root / f"sft-seed{seed}"
+    if not (run / "checkpoints" / "step_0").exists():
+        subprocess.run(_cmd(f"run.seed={seed}", f"run.dir={run}", "stages=[sft]", *common), check=True,
+                       capture_output=True, text=True)
+    return run / "checkpoints" / "step_0"
+
+
+def run_config(label: str, seed: int, ckpt: Path, root: Path, overrides: list[str]) -> dict:
+    run = root / f"{label}-seed{seed}"
+    proc = subprocess.Popen(_cmd(f"run.seed={seed}", f"run.dir={run}", f"model.path={ckpt}", "stages=[eval,rl,eval]",
+                                 *overrides), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t_rl, curve, tail = None, [], []
+    for line in proc.stdout:
+        now = time.time()
+        tail = (tail + [line])[-30:]
+        if line.startswith("rl stage"):
+            t_rl = now
+        elif line.startswith("eval after sft") or line.startswith("eval after base"):
+            curve.append((0.0, float(line.split("held-out success ")[1].split()[0])))
+        elif line.startswith("rl step") and "held-out" in line:
+            curve.append((now - t_rl, float(line.split("held-out ")[1].split()[0])))
+        elif line.startswith("eval after rl"):
+            curve.append((now - t_rl, float(line.split("held-out success ")[1].split()[0])))
+    if proc.wait() != 0:
+        raise SystemExit(f"{label} seed {seed} failed:\n{''.join(tail)}")
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in rows if r["stage"] == "rl" and "reward/mean" in r]
+    trained = sum(r.get("rollout/episodes", 0) for r in rl)
+    ess = [r["async/ess_frac"] for r in rl if "async/ess_frac" in r]
+    return {"label": label, "seed": seed, "curve": curve, "rl_wall_s": curve[-1][0], "trained": trained,
+            "samples_per_s": trained / max(curve[-1][0], 1e-9), "stale": sum(r.get("async/rejected_stale", 0) for r in rl),
+            "ess_frac": sum(ess) / len(ess) if ess else 1.0, "final": curve[-1][1], "start": curve[0][1],
+            "step_s": steady_step_s(run, {r["step"] for r in rows if r["stage"] == "rl" and "eval/success" in r})}
+
+
+def steady_step_s(run: Path, eval_steps: set[int]) -> float:
+    """Median seconds between consecutive RL steps (store metric times), leaving out the gaps that hold an
+    evaluation: the throughput once the workers are up, without start-up and eval."""
+    import sqlite3
+
+    with sqlite3.connect(run / "store.sqlite") as db:
+        rows = db.execute("SELECT step, MIN(time) FROM metrics WHERE stage = 'rl' AND name = 'reward/mean' "
+                          "GROUP BY step ORDER BY step").fetchall()
+    gaps = sorted(b - a for (_, a), (step, b) in zip(rows, rows[1:]) if step not in eval_steps)
+    return gaps[len(gaps) // 2] if gaps else float("nan")
+
+
+def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
+    return next((t for t, s in curve[1:] if s >= target), None)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--etas", type=int, nargs="+", default=[0, 1, 2, 4])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--group", type=int, default=4, help="rollouts per task (8 tasks per step)")
+    ap.add_argument("--slow", type=float, default=0.3, help="fraction of env steps with extra latency")
+    ap.add_argument("--slow-s", type=float, default=0.4, help="median extra latency (s)")
+    ap.add_argument("--sigma", type=float, default=1.0, help="log-normal spread of the extra latency")
+    ap.add_argument("--root", default=None)
+    ap.add_argument("--sft-checkpoint", default=None, help="start every configuration from this checkpoint (skip SFT)")
+    ap.add_argument("--summarize", default=None, help="re-print the table of a finished run from its log file")
+    ap.add_argument("overrides", nargs="*")
+    a = ap.parse_args()
+    root = Path(a.root or tempfile.mkdtemp(prefix="tracerl-async-"))
+    common = ["sft.demos=1200", "sft.epochs=6", *a.overrides]
+    rl = [f"rl.steps={a.steps}", "rl.prompts_per_step=8", f"rl.group_size={a.group}", f"rl.eval_every={max(1, a.steps // 2)}",
+          "rl.checkpoint_every=0", "eval.tasks=32", "eval.samples=2", "eval.k=[1,2]",
+          f"faults.slow_call={a.slow}", f"faults.slow_s={a.slow_s}", f"faults.slow_sigma={a.sigma}", *a.overrides]
+    if a.summarize:  # print the table again from a finished run's log (its JSON lines)
+        results = [json.loads(x) for x in Path(a.summarize).read_text().splitlines() if x.startswith("{")]
+        for r in results:
+            run = Path(a.summarize).parent / f"{r['label']}-seed{r['seed']}"
+            rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+            r["step_s"] = steady_step_s(run, {x["step"] for x in rows if x["stage"] == "rl" and "eval/success" in x})
+        return table(results, a)
+    configs = [("sync", [])] + [(f"async-eta{e}", ["rl.mode=async", f"rl.max_staleness={e}",
+                                                   f"rl.rollout_workers={a.workers}"]) for e in a.etas]
+    results = []
+    for seed in a.seeds:
+        ckpt = Path(a.sft_checkpoint) if a.sft_checkpoint else sft_checkpoint(seed, root, common)
+        per = [run_config(label, seed, ckpt, root, rl + extra) for label, extra in configs]
+        sync = per[0]
+        target = sync["start"] + 0.5 * (sync["final"] - sync["start"])
+        for r in per:
+            r["target"], r["time_to_target"] = target, time_to(r["curve"], target)
+            print(json.dumps(r), flush=True)
+        results += per
+    table(results, a)
+
+
+def table(results: list[dict], a) -> None:
+    print(f"\nseeds {a.seeds}; math_tool, {a.steps} RL steps of 8x{a.group} episodes, {a.slow:.0%} of env steps +"
+          f"{a.slow_s}s·exp({a.sigma}·z); async rows: {a.workers} rollout workers. Ratios are against sync, same seed.")
+    head = (f"{'config':<13} {'RL wall s':>9} {'x sync':>7} {'step s':>6} {'x sync':>7} {'to target s':>11} {'x sync':>7} {'samples/s':>9} "
+            f"{'x sync':>7} {'stale':>6} {'ESS frac':>8} {'final':>6}")
+    print(head + "\n" + "-" * len(head))
+    for r in results:
+        s = next(x for x in results if x["seed"] == r["seed"] and x["label"] == "sync")
+        tt = r["time_to_target"]
+        ts = s["time_to_target"]
+        ratio_tt = f"{ts / tt:7.2f}" if tt and ts else f"{'-':>7}"
+        print(f"{r['label'] + ' s' + str(r['seed']):<13} {r['rl_wall_s']:>9.0f} {s['rl_wall_s'] / r['rl_wall_s']:>7.2f} "
+              f"{r['step_s']:>6.1f} {s['step_s'] / r['step_s']:>7.2f} "
+              f"{(f'{tt:.0f}' if tt else 'not reached'):>11} {ratio_tt} {r['samples_per_s']:>9.2f} "
+              f"{r['samples_per_s'] / s['samples_per_s']:>7.2f} {r['stale']:>6.0f} {r['ess_frac']:>8.3f} {r['final']:>6.3f}")
+    print("(x sync: how many times faster than sync — wall, step and time-to-target ratios sync/config, samples/s "
+          "config/sync; step s: median gap between RL steps without the evaluation gaps, i.e. after start-up)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+"""Rollout workers: an engine, the agent loop and the environment, holding the policy at a known version.
+
+A worker receives weights by version (`send_weights`), rollout jobs (`submit`: one step's tasks, their
+group ids and seed) and returns events (`events`): `started` (the version the job starts at) and
+`done` (its validated trajectories, per-token entropies, busy and idle seconds). Two implementations
+answer the same calls:
+
+- `InProcessWorker`: runs a job in the caller's thread when `events` is called (the learner decides the
+  interleaving: tests, and sync-equivalent runs with no second process);
+- `ProcessWorker`: a `torch.multiprocessing` spawn process with one torch thread, its own copy of the
+  model, an inbox (weights and jobs, in the order they were sent) and an outbox. Weights travel as the
+  bytes of a `torch.save`d state_dict, so a Ray actor can take the same messages later.
+
+With `partial_rollouts`, the worker looks into its inbox between the turns of its episodes and loads
+new weights there: later turns are sampled by the new version (`run_episodes(on_turn=...)`), and every
+ACTION token keeps the version that sampled it.
+
+A worker has its own sampling generator (seed `generator_seed`), consumed job after job, so one worker
+running one job per step draws exactly the tokens the synchronous loop draws.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import importlib
+import io
+import os
+import queue
+import time
+from typing import Any, Protocol
+
+import torch
+
+from tracerl.contract import Trajectory, validate
+from tracerl.rollout.agent_loop import LoopBudgets, run_episodes
+from tracerl.tasks.task import Task
+
+
+@dataclasses.dataclass
+class RolloutJob:
+    """One step's rollouts: each task repeated into its group, sampled with `seed`."""
+
+    job_id: int  # the step it is meant for (the learner may train it later, if it lands late)
+    tasks: list[Task]
+    group_ids: list[str]
+    seed: int
+    budgets: LoopBudgets
+    sampling: dict
+    attempt: int = 0  # 1 when re-issued after its worker died
+
+
+@dataclasses.dataclass
+class RolloutResult:
+    job_id: int
+    worker_id: int
+    start_version: int
+    trajectories: list[Trajectory]
+    entropy: dict[str, list[float]]
+    busy_s: float
+    idle_s: float  # seconds the worker waited for this job (or for weights) before starting it
+    finished_at: float = 0.0
+
+
+@dataclasses.dataclass
+class SpecRef:
+    """How a worker process rebuilds the environment spec: import `modules` (they register user envs),
+    then `get_env(name)` wrapped with the recipe's faults."""
+
+    name: str
+    faults: dict | None = None
+    modules: tuple[str, ...] = ()
+
+    def build(self):
+        from tracerl.envs import get_env
+        from tracerl.faults import FaultsConfig, wrap_spec
+
+        for m in self.modules:
+            importlib.import_module(m)
+        return wrap_spec(get_env(self.name), FaultsConfig(**self.faults) if self.faults else None)
+
+
+def weights_blob(model) -> bytes:
+    """The model's state_dict as bytes (what travels to a worker)."""
+    buf = io.BytesIO()
+    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, buf)
+    return buf.getvalue()
+
+
+def load_blob(model, blob: bytes) -> None:
+    model.load_state_dict(torch.load(io.BytesIO(blob), weights_only=True))
+
+
+class RolloutWorker(Protocol):
+    worker_id: int
+
+    def send_weights(self, version: int, blob: bytes) -> None: ...
+
+    def submit(self, job: RolloutJob) -> None: ...
+
+    def events(self, timeout: float = 0.0) -> list[tuple]: ...
+
+    def alive(self) -> bool: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def close(self) -> None: ...
+
+
+class Runner:
+    """What runs inside any worker: the engine over the worker's model, its env spec and generator."""
+
+    def __init__(self, model, tokenizer, spec, *, generator_seed: int, tokenizer_hashes: dict[str, str]):
+        from tracerl.rollout.engine import TorchEngine
+
+        self.model, self.spec, self.hashes = model, spec, tokenizer_hashes
+        self.engine = TorchEngine(model, tokenizer)
+        self.generator = torch.Generator().manual_seed(generator_seed)
+        self.version = -1
+
+    def load(self, version: int, blob: bytes | None) -> None:
+        if blob is not None:
+            load_blob(self.model, blob)
+        self.version = version
+
+    def run(self, job: RolloutJob, on_turn=None) -> tuple[list[Trajectory], dict[str, list[float]]]:
+        entropy: dict[str, list[float]] = {}
+        trajs = run_episodes(self.engine, self.spec, job.tasks, job.group_ids, budgets=job.budgets,
+                             sampling=job.sampling, policy_version=self.version, seed=job.seed,
+                             tokenizer_hashes=self.hashes, generator=self.generator, entropy_out=entropy,
+                             on_turn=on_turn)
+        return trajs, entropy
+
+
+class InProcessWorker:
+    """A worker in the caller's process: `events` runs the oldest submitted job to its end.
+
+    `share` runs it on the learner's own model (weights are then always current: `send_weights` only
+    records the version); otherwise on a private copy loaded from each blob.
+    """
+
+    def __init__(self, worker_id: int, runner: Runner, *, share: bool = False, on_turn=None):
+        self.worker_id, self.runner, self.share, self.on_turn = worker_id, runner, share, on_turn
+        self.jobs: collections.deque[RolloutJob] = collections.deque()
+        self.idle_since = time.time()
+
+    def send_weights(self, version: int, blob: bytes) -> None:
+        self.runner.load(version, None if self.share else blob)
+
+    def submit(self, job: RolloutJob) -> None:
+        self.jobs.append(job)
+
+    def events(self, timeout: float = 0.0) -> list[tuple]:
+        if not self.jobs:
+            return []
+        job, t0 = self.jobs.popleft(), time.time()
+        started = ("started", self.worker_id, job.job_id, self.runner.version)
+        trajs, ent = self.runner.run(job, self.on_turn)
+        res = RolloutResult(job.job_id, self.worker_id, started[3], trajs, ent, time.time() - t0,
+                            t0 - self.idle_since, time.time())
+        self.idle_since = time.time()
+        return [started, ("done", res)]
+
+    def alive(self) -> bool:
+        return True
+
+    @property
+    def pid(self) -> int | None:
+        return os.getpid()
+
+    def close(self) -> None:
+        self.jobs.clear()
+
+
+@dataclasses.dataclass
+class WorkerSettings:
+    """Everything a worker process needs to build its runner (all picklable)."""
+
+    model_class: type
+    model_config: Any
+    tokenizer: Any
+    spec: SpecRef
+    generator_seed: int
+    tokenizer_hashes: dict[str, str]
+    partial_rollouts: bool = True
+    threads: int = 1
+
+
+def _worker_main(worker_id: int, settings: WorkerSettings, inbox, outbox) -> None:
+    torch.set_num_threads(settings.threads)
+    model = settings.model_class(settings.model_config)
+    model.eval()
+    runner = Runner(model, settings.tokenizer, settings.spec.build(), generator_seed=settings.generator_seed,
+                    tokenizer_hashes=settings.tokenizer_hashes)
+    jobs: collections.deque[RolloutJob] = collections.deque()
+    waited = 0.0
+
+    def handle(msg) -> bool:
+        if msg[0] == "weights":
+            runner.load(msg[1], msg[2])
+        elif msg[0] == "job":
+            jobs.append(msg[1])
+        return msg[0] != "stop"
+
+    def drain() -> bool:
+        while True:
+            try:
+                msg = inbox.get_nowait()
+            except queue.Empty:
+                return True
+            if not handle(msg):
+                return False
+
+    def on_turn() -> int:  # between turns: new weights land here (a partial rollout)
+        drain()
+        return runner.version
+
+    while True:
+        if not jobs:
+            t0 = time.time()
+            if not handle(inbox.get()):
+                return
+            waited += time.time() - t0
+        if not drain():
+            return
+        if not jobs or runner.version < 0:
+            continue
+        job, t0, v0 = jobs.popleft(), time.time(), runner.version
+        outbox.put(("started", worker_id, job.job_id, v0))
+        trajs, ent = runner.run(job, on_turn if settings.partial_rollouts else None)
+        outbox.put(("done", RolloutResult(job.job_id, worker_id, v0, trajs, ent, time.time() - t0, waited, time.time())))
+        waited = 0.0
+
+
+class ProcessWorker:
+    """A rollout worker in its own spawned process (CPU, `settings.threads` torch threads)."""
+
+    def __init__(self, worker_id: int, settings: WorkerSettings):
+        import torch.multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.worker_id = worker_id
+        self.inbox, self.outbox = ctx.Queue(), ctx.Queue()
+        self.proc = ctx.Process(target=_worker_main, args=(worker_id, settings, self.inbox, self.outbox),
+                                name=f"tracerl-rollout-{worker_id}", daemon=True)
+        self.proc.start()
+
+    def send_weights(self, version: int, blob: bytes) -> None:
+        self.inbox.put(("weights", version, blob))
+
+    def submit(self, job: RolloutJob) -> None:
+        self.inbox.put(("job", job))
+
+    def events(self, timeout: float = 0.0) -> list[tuple]:
+        out = []
+        try:
+            out.append(self.outbox.get(timeout=timeout) if timeout > 0 else self.outbox.get_nowait())
+            while True:
+                out.append(self.outbox.get_nowait())
+        except (queue.Empty, EOFError, OSError):
+            pass
+        return out
+
+    def alive(self) -> bool:
+        return self.proc.exitcode is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid
+
+    def close(self) -> None:
+        if self.alive():
+            try:
+                self.inbox.put(("stop",))
+            except (OSError, ValueError):
+                pass
+            self.proc.join(timeout=5)
+        if self.alive():
+            self.proc.kill()
+            self.proc.join(timeout=5)
+        for q in (self.inbox, self.outbox):
+            q.cancel_join_thread()
+            q.close()
+
+
+def validated(result: RolloutResult) -> RolloutResult:
+    """The result with every trajectory re-validated on the learner's side of the queue."""
+    for t in result.trajectories:
+        validate(t)
+    return result
