@@ -18,6 +18,7 @@ import yaml
 
 from tracerl.config import Recipe
 from tracerl.envs import get_env
+from tracerl.envs._verify import declared_verifier
 from tracerl.errors import UserError
 from tracerl.eval.heldout import run_heldout
 from tracerl.eval.record import heldout_protocol, record_evaluation
@@ -148,7 +149,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
                    "pool": base_pool.manifest(), "sampler": recipe.tasks.sampler.model_dump(mode="json"),
                    "rl_stages": [st.describe() for st in rl_stages(recipe)]},
             env={"name": spec.name, "revision": spec.revision},
-            verifier={"name": f"{spec.name}.verify", "revision": spec.revision},
+            verifier=dict(zip(("name", "revision"), declared_verifier(spec))),
             sandbox=_sandbox_revision(), truncation_policy=recipe.rl.truncation,
             model={"path": recipe.model.path, "gguf_file": recipe.model.gguf_file, "tiny": recipe.model.path is None}))
     else:

@@ -19,13 +19,17 @@ import random
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
 from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.reasoning_gym.families import CONFIGS, calc, calc_expression, guard, wrong_answer
 from tracerl.errors import UserError
 from tracerl.tasks.task import Task
 
+import tracerl.envs.reasoning_gym.verifier  # noqa: E402,F401  registers VERIFIER
+
 NAME = "reasoning_gym"
+VERIFIER = "reasoning_gym.guarded_scorer"
 REVISION = "reasoning_gym-env-2"  # 2: the <calc> tool; MAX_INVALID
 CALC_BUDGET = 3
 MAX_INVALID = 2
@@ -90,14 +94,12 @@ class ReasoningGymEnv:
             return self._calc(action.body)
         self._done = True
         self._answer = action.body
-        meta = self._task.metadata
         try:
-            correct, raw = self._score(meta["family"], int(meta["level"]), action.body, meta["entry"])
+            comps, info = grade(VERIFIER, self._task, action.body, scorer=self._score)
         except Exception as err:  # the scorer is infrastructure; its crash is never the policy's reward
             return Step(None, True, TerminalReason.INFRA_FAILURE, {},
                         {"infra_error": f"{type(err).__name__}: {err}"})
-        return Step(None, True, TerminalReason.EOS, {"correct": correct},
-                    {"scorer": raw, "invalid_action": False, "calls": len(self._calls)})
+        return Step(None, True, TerminalReason.EOS, comps, {"invalid_action": False, "calls": len(self._calls), **info})
 
     def _calc(self, expr: str) -> Step:
         if len(self._calls) >= self.calc_budget:
@@ -116,7 +118,8 @@ class ReasoningGymEnv:
         obs = f"<error>invalid_action: {why}</error>\n"
         if self.max_invalid is not None and self._invalid >= self.max_invalid:
             self._done = True
-            return Step(obs, True, TerminalReason.ENV_FAILURE, {"correct": 0.0}, {"invalid_action": True})
+            comps, info = grade(VERIFIER, self._task, None, scorer=self._score)
+            return Step(obs, True, TerminalReason.ENV_FAILURE, comps, {"invalid_action": True, **info})
         return Step(obs, info={"invalid_action": True})
 
     def state_hash(self) -> str:
