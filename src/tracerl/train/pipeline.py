@@ -91,6 +91,10 @@ def _resume_point(run: RunDir, recipe: Recipe) -> tuple[Path, dict, list[str]]:
 
 def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult:
     """Run every stage of `recipe`; with `resume`, continue that run from its latest RL checkpoint."""
+    if recipe.envs:  # several environments: train/multi_pipeline.py
+        from tracerl.train.multi_pipeline import run_multi_recipe
+
+        return run_multi_recipe(recipe, resume=resume)
     t_start = time.time()
     torch.set_num_threads(recipe.run.threads)
     torch.manual_seed(recipe.run.seed)
