@@ -97,7 +97,7 @@ def test_the_expert_episode_is_rewarded_by_the_registered_verifier_only(name, se
     assert len(calls) == 1
 
 
-@pytest.mark.parametrize("name", [n for n in ENVS if n in ("search_qa", "workplace_db", "code_tests", "reasoning_gym")])
+@pytest.mark.parametrize("name", [n for n in ENVS if n in ("search_qa", "workplace_db", "code_tests", "reasoning_gym", "terminal", "swe")])
 def test_the_invalid_action_limit_also_goes_through_the_verifier(name, sentinel):
     install, calls = sentinel
     spec = get_env(name)

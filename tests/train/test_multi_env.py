@@ -153,6 +153,11 @@ def test_mixture_run_completes_with_per_env_eval_telemetry_and_sft_shares(tmp_pa
     assert res.evals[0]["eval/success"] == pytest.approx(sum(res.evals[0][f"eval/{e}/success"]
                                                               for e in ("math_tool", "arith", "search_qa")) / 3)
     assert len(list((res.run_dir / "eval").iterdir())) == 3  # one protocol column per environment
+    from tracerl.eval.report.html import build_report
+
+    page = build_report(res.run_dir).read_text()
+    assert "target share" in page and "observed share" in page
+    assert all((res.run_dir / "report" / f"domain_{e}.png").exists() for e in ("math_tool", "arith", "search_qa"))
 
 
 def test_cascade_changes_the_environment_set_between_stages(tmp_path):
