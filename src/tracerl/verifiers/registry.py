@@ -26,7 +26,9 @@ def register_verifier(name: str, factory: Callable[..., Any], *, replace: bool =
     """Make `get_verifier(name)` build `factory(**kwargs)`. Names are unique unless `replace`."""
     if not callable(factory):
         raise TypeError(f"register_verifier({name!r}, ...) needs a class or function that builds the verifier")
-    if name in _FACTORIES and not replace and _FACTORIES[name] is not factory:
+    same = lambda a, b: a is b or (getattr(a, "__qualname__", None), getattr(a, "__module__", None)) == (  # noqa: E731
+        getattr(b, "__qualname__", 0), getattr(b, "__module__", 0))  # a module imported again
+    if name in _FACTORIES and not replace and not same(_FACTORIES[name], factory):
         raise ValueError(f"a verifier named {name!r} is already registered; pass replace=True to override it")
     _FACTORIES[name] = factory
     _IDENTITY.pop(name, None)
