@@ -35,11 +35,11 @@ from tracerl.tasks import build_pool
 from tracerl.tasks.attempts import engine_attempt_fn
 from tracerl.tasks.task import tasks_sha256
 from tracerl.telemetry import MetricLoggers
-from tracerl.train.checkpoint import freeze, load_reference, load_trainer_state, save_checkpoint, checkpoint_marks
+from tracerl.train.checkpoint import freeze, load_reference, save_checkpoint
 from tracerl.train.demos import collect_demos, demo_texts, tokenize_demo
 from tracerl.train.multienv import EnvMixtureSampler, EnvRouter, resolve_routes, stage_envs
-from tracerl.train.pipeline import (RunResult, _print_table, _quiet_transformers, _resume_point, _sandbox_revision,
-                                    _say)
+from tracerl.train.run_common import (RunResult, _print_table, _quiet_transformers, _resume_point, _sandbox_revision,
+                                      _say)
 from tracerl.train.rl import RLState, train_rl
 from tracerl.train.sft import train_sft
 from tracerl.train.stages import build_stage_tasks, rl_stages, write_ledger

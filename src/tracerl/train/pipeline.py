@@ -8,7 +8,6 @@ protocol, and the before/after table compares them.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -31,39 +30,13 @@ from tracerl.tasks.attempts import engine_attempt_fn
 from tracerl.tasks.task import tasks_sha256
 from tracerl.telemetry import MetricLoggers
 from tracerl.faults import wrap_spec
-from tracerl.train.checkpoint import checkpoint_marks, freeze, load_reference, load_trainer_state, save_checkpoint
+from tracerl.train.checkpoint import freeze, load_reference, save_checkpoint
 from tracerl.train.demos import collect_demos, demo_texts, tokenize_demo
 from tracerl.train.rl import RLState, train_rl
 from tracerl.train.sft import train_sft
+from tracerl.train.run_common import (RunResult, _print_table, _quiet_transformers, _resume_point,  # noqa: F401
+                                      _sandbox_revision, _say)
 from tracerl.train.stages import RLStage, build_stage_tasks, recipe_tasks, rl_stages, write_ledger
-
-
-@dataclasses.dataclass
-class RunResult:
-    run_dir: Path
-    evals: list[dict]  # one per eval stage: {"after": stage label, "success": ..., ...}
-    wall_s: float
-
-
-def _say(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def _sandbox_revision() -> dict:
-    try:
-        import tracerl.sandbox as sb
-
-        report = sb.isolation_report() if hasattr(sb, "isolation_report") else {}
-        return {"revision": getattr(sb, "REVISION", "unknown"), "isolation": report}
-    except Exception as err:  # a manifest records what it can; the sandbox is checked on use
-        return {"revision": None, "error": repr(err)}
-
-
-def _quiet_transformers() -> None:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
 
 
 def expert_kwargs(recipe: Recipe) -> dict:
@@ -72,21 +45,6 @@ def expert_kwargs(recipe: Recipe) -> dict:
     if recipe.sft.expert_error_rate is not None:
         kw["error_rate"] = recipe.sft.expert_error_rate
     return kw
-
-
-def _resume_point(run: RunDir, recipe: Recipe) -> tuple[Path, dict, list[str]]:
-    """The latest checkpoint, its trainer state, and the stages still to run from it."""
-    ckpt = run.latest_checkpoint(say=_say)
-    if ckpt is None:
-        raise UserError(f"{run.path} has no complete checkpoint to resume from; start it again with `tracerl train`")
-    state = load_trainer_state(ckpt)
-    if state.get("stage") != "rl" or "rl" not in recipe.stages:
-        raise UserError(f"the latest checkpoint of {run.path} is not inside an RL stage; nothing to resume")
-    run.rollback(checkpoint_marks(ckpt))  # what a killed step wrote after this checkpoint goes
-    rest = recipe.stages[recipe.stages.index("rl"):]
-    if state["step"] >= recipe.rl.steps:
-        rest = rest[1:]
-    return ckpt, state, rest
 
 
 def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult:
@@ -273,17 +231,3 @@ def _start_stage(st: RLStage, state: RLState, *, run: RunDir, engine: TorchEngin
          f"sampler {r.tasks.sampler.kind}" + (f", profiled {len(tasks.profile)} tasks in {time.time() - t0:.0f}s"
                                                 if tasks.profiled_here else ""))
     return tasks.sampler
-
-
-def _print_table(result: RunResult, recipe: Recipe) -> None:
-    if not result.evals:
-        _say(f"done in {result.wall_s:.0f}s; run directory {result.run_dir}")
-        return
-    ks = [k for k in recipe.eval.k if k <= recipe.eval.samples]
-    head = (f"{'after':<8} {'held-out success':>17} " + " ".join(f"{'pass@' + str(k):>8}" for k in ks)
-            + f" {'tool calls':>11} {'infra fail':>10}")
-    _say("\n" + head + "\n" + "-" * len(head))
-    for e in result.evals:
-        _say(f"{e['after']:<8} {e['eval/success']:>17.3f} " + " ".join(f"{e[f'eval/pass@{k}']:>8.3f}" for k in ks)
-             + f" {e['eval/tool_calls_per_episode']:>11.2f} {e.get('eval/infra_failure_rate', 0.0):>10.3f}")
-    _say(f"\ndone in {result.wall_s:.0f}s; run directory {result.run_dir}")

@@ -34,15 +34,8 @@ def register_verifier(name: str, factory: Callable[..., Any], *, replace: bool =
     _IDENTITY.pop(name, None)
 
 
-def _load_envs() -> None:
-    from tracerl.envs.base import env_names
-
-    env_names()  # importing the built-in environments registers their verifiers
-
-
 def get_verifier(name: str, **kwargs: Any) -> Any:
-    if name not in _FACTORIES:
-        _load_envs()
+    """A fresh instance of a registered verifier (an environment's package registers its own on import)."""
     if name not in _FACTORIES:
         close = difflib.get_close_matches(name, list(_FACTORIES), n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(_FACTORIES))}"
@@ -63,5 +56,5 @@ def verifier_identity(name: str) -> tuple[str, str]:
 
 
 def verifier_names() -> list[str]:
-    _load_envs()
+    """The verifiers registered so far (importing an environment registers its verifier)."""
     return sorted(_FACTORIES)

@@ -12,7 +12,6 @@ expression or a call over budget is an invalid action; the `MAX_INVALID`-th ends
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import random
@@ -22,46 +21,16 @@ from tracerl.contract.roles import TerminalReason
 from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
 from tracerl.envs.grammar import parse_tagged
-from tracerl.envs.reasoning_gym.families import CONFIGS, calc, calc_expression, guard, wrong_answer
-from tracerl.errors import UserError
+from tracerl.envs.reasoning_gym.families import calc, calc_expression, wrong_answer
+from tracerl.envs.reasoning_gym.verifier import NAME as VERIFIER, dataset, require_package, score  # noqa: F401
 from tracerl.tasks.task import Task
 
-import tracerl.envs.reasoning_gym.verifier  # noqa: E402,F401  registers VERIFIER
-
 NAME = "reasoning_gym"
-VERIFIER = "reasoning_gym.guarded_scorer"
 REVISION = "reasoning_gym-env-2"  # 2: the <calc> tool; MAX_INVALID
 CALC_BUDGET = 3
 MAX_INVALID = 2
 SYSTEM = ("Solve the problem. To compute, write <calc>expression</calc> with + - * / ( ); the value comes "
           "back in <result></result>. Give only the final answer as <answer>…</answer>.")
-
-
-def require_package():
-    """Imports `reasoning_gym` or raises one clear sentence naming the fix."""
-    try:
-        import reasoning_gym
-    except ImportError as err:
-        raise UserError("the reasoning_gym environment needs the reasoning-gym package; "
-                        "install it with: pip install 'tracerl[reasoning]'") from err
-    return reasoning_gym
-
-
-@functools.lru_cache(maxsize=64)
-def dataset(family: str, level: int, seed: int = 0, size: int = 1):
-    """A reasoning-gym dataset with tracerl's config for (family, level). Scorers read the config
-    (e.g. puzzle24's value range), so scoring rebuilds the same dataset the task came from."""
-    rg = require_package()
-    return rg.create_dataset(family, size=size, seed=seed, **CONFIGS[family][level])
-
-
-def score(family: str, level: int, answer: str, entry: dict) -> tuple[float, dict]:
-    answer = answer.strip()
-    rejected = guard(family, answer, entry)
-    if rejected is not None:
-        return 0.0, {"guard": rejected}
-    raw = float(dataset(family, level).score_answer(answer=answer, entry=entry))
-    return float(raw >= 1.0), {"package_score": raw}
 
 
 class ReasoningGymEnv:

@@ -7,10 +7,41 @@ raises propagates: the environment turns it into an infra failure (never a rewar
 
 from __future__ import annotations
 
+import functools
+
 from tracerl.envs._verify import EnvVerifier
+from tracerl.envs.reasoning_gym.families import CONFIGS, guard
+from tracerl.errors import UserError
 from tracerl.verifiers.registry import register_verifier
 
 NAME = "reasoning_gym.guarded_scorer"
+
+
+def require_package():
+    """Imports `reasoning_gym` or raises one clear sentence naming the fix."""
+    try:
+        import reasoning_gym
+    except ImportError as err:
+        raise UserError("the reasoning_gym environment needs the reasoning-gym package; "
+                        "install it with: pip install 'tracerl[reasoning]'") from err
+    return reasoning_gym
+
+
+@functools.lru_cache(maxsize=64)
+def dataset(family: str, level: int, seed: int = 0, size: int = 1):
+    """A reasoning-gym dataset with tracerl's config for (family, level). Scorers read the config
+    (e.g. puzzle24's value range), so scoring rebuilds the same dataset the task came from."""
+    rg = require_package()
+    return rg.create_dataset(family, size=size, seed=seed, **CONFIGS[family][level])
+
+
+def score(family: str, level: int, answer: str, entry: dict) -> tuple[float, dict]:
+    answer = answer.strip()
+    rejected = guard(family, answer, entry)
+    if rejected is not None:
+        return 0.0, {"guard": rejected}
+    raw = float(dataset(family, level).score_answer(answer=answer, entry=entry))
+    return float(raw >= 1.0), {"package_score": raw}
 
 
 class ReasoningGymGuardedScorer(EnvVerifier):
@@ -18,9 +49,7 @@ class ReasoningGymGuardedScorer(EnvVerifier):
     components, primary = ("correct",), "correct"
 
     def __init__(self, scorer=None) -> None:
-        if scorer is None:
-            from tracerl.envs.reasoning_gym.env import score as scorer
-        self._score = scorer
+        self._score = scorer or score
 
     def score(self, task, evidence):
         if evidence is None:
