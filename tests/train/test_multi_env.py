@@ -153,6 +153,10 @@ def test_mixture_run_completes_with_per_env_eval_telemetry_and_sft_shares(tmp_pa
     assert res.evals[0]["eval/success"] == pytest.approx(sum(res.evals[0][f"eval/{e}/success"]
                                                               for e in ("math_tool", "arith", "search_qa")) / 3)
     assert len(list((res.run_dir / "eval").iterdir())) == 3  # one protocol column per environment
+    from tracerl.cli import main
+
+    assert main(["eval", str(res.run_dir)]) == 2  # several environments: `tracerl eval` needs --env
+    assert main(["eval", str(res.run_dir), "--env", "arith", "--tasks", "2", "--n", "2", "--k", "1"]) == 0
     from tracerl.eval.report.html import build_report
 
     page = build_report(res.run_dir).read_text()
