@@ -21,6 +21,7 @@ from tracerl.algorithms.spec import ALGORITHMS
 from tracerl.errors import UserError
 from tracerl.rl_config import RLConfig, RLStageConfig, _Cfg
 from tracerl.roles_config import RolesConfig
+from tracerl.envs_config import EnvEntry, MixtureConfig, check_envs
 from tracerl.faults import FaultsConfig
 from tracerl.sandbox.runtime import SandboxConfig
 from tracerl.sft_config import RejectionConfig, SFTConfig, check_sft_source  # noqa: F401  (re-exported)
@@ -175,6 +176,11 @@ class Recipe(_Cfg):
     on the current policy (`sft.rejection`), e.g. `[sft, eval, rft, eval]`."""
     roles: RolesConfig = Field(default_factory=RolesConfig)
     """Auxiliary models of the RL algorithm (critic, PRM, teachers); only the ones it uses may be set."""
+    envs: list[EnvEntry] = Field(default_factory=list, max_length=64)
+    """Several environments in one run, each with its task pool, budgets, reward weights and batch share
+    (`tracerl.envs_config`); empty means the single `env:` environment."""
+    mixture: MixtureConfig = Field(default_factory=MixtureConfig)
+    """Per-environment reward normalisation and the per-domain regression gate (with `envs:` only)."""
 
     @model_validator(mode="after")
     def _stage_steps(self) -> Recipe:
@@ -192,6 +198,9 @@ class Recipe(_Cfg):
         if self.rl.mode == "async" and self.roles.grader is not None:
             raise ValueError("roles.grader does not run in rl.mode: async yet (its rollouts are graded in the sync loop); "
                              "use rl.mode: sync")
+        problem = check_envs(self)
+        if problem:
+            raise ValueError(problem)
         if "rl" in self.stages and self.sampling.temperature <= 0:
             raise ValueError(f"RL samples from the policy, so sampling.temperature must be > 0 (got {self.sampling.temperature}); "
                              "greedy decoding belongs to evaluation")

@@ -42,6 +42,9 @@ class RLStageConfig(_Cfg):
     """Start this stage with fresh AdamW moments and learning-rate warm-up."""
     reset_reference: bool = False
     """Make the current policy the KL reference from this stage on (matters when rl.algorithm.kl.coef > 0)."""
+    envs: list[str] | None = None
+    """The run's environments this stage trains on (a domain cascade: math_tool, then code_tests, ...);
+    null keeps the previous stage's (the first stage: all of `envs:`)."""
 
 
 class RLConfig(_Cfg):

@@ -8,7 +8,7 @@ from tracerl.cli import main
 from tracerl.envs import env_names
 from tracerl.verifiers.audit import audit_names, get_audit, run_audit
 
-SUITE = ["math_tool", "search_qa", "text_world", "workplace_db", "code_tests", "reasoning_gym"]
+SUITE = ["math_tool", "search_qa", "text_world", "workplace_db", "code_tests", "reasoning_gym", "terminal", "swe"]
 
 
 @pytest.mark.parametrize("name", SUITE)

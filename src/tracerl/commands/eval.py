@@ -93,15 +93,23 @@ def run(args) -> int:
     from tracerl.models import load_model_and_tokenizer, tokenizer_hashes
     from tracerl.rollout import LoopBudgets, TorchEngine
 
-    spec = get_env(args.env or recipe.env.name)
+    env_cfg, spec = recipe.env, None
+    if recipe.envs:  # a run over several environments: evaluate one of them, under its own budgets
+        from tracerl.train.multienv import resolve_routes
+
+        routes = {r.name: r for r in resolve_routes(recipe)}
+        if args.env not in routes:
+            raise UserError(f"this run trains several environments ({', '.join(routes)}); pick one with --env NAME")
+        env_cfg, spec = routes[args.env].env, routes[args.env].spec
+    spec = spec or get_env(args.env or recipe.env.name)
     seed = args.seed if args.seed is not None else recipe.run.seed + 7919
-    tasks = spec.generate("heldout", recipe.env.heldout_tasks, recipe.run.seed, tuple(recipe.env.heldout_difficulty))
+    tasks = spec.generate("heldout", env_cfg.heldout_tasks, recipe.run.seed, tuple(env_cfg.heldout_difficulty))
     tasks = tasks[: args.tasks or recipe.eval.tasks]
     if not tasks:
         raise UserError(f"environment {spec.name} generated no held-out tasks; raise env.heldout_tasks")
     sampling = {"temperature": args.temperature if args.temperature is not None else recipe.eval.temperature,
                 "top_p": args.top_p if args.top_p is not None else recipe.eval.top_p, "top_k": 0}
-    budgets = LoopBudgets.from_env(recipe.env)
+    budgets = LoopBudgets.from_env(env_cfg)
 
     hf_logging.disable_progress_bar()
     model, tokenizer = load_model_and_tokenizer(ckpt)

@@ -1,8 +1,9 @@
 """Environment audit sets as verifier audits (`tracerl audit <env>`).
 
-An environment's audit case is a sequence of policy turns played through a fresh env; the
-"verifier" here is the environment itself, judged by its primary reward component (the first
-reward weight). `AuditCase.output` holds the turns as a JSON list of strings.
+An environment's audit case is a sequence of policy turns played through a fresh env, which rewards
+through its registered verifier (`EnvSpec.verifier`); the episode is judged by the primary reward
+component (the first reward weight). `AuditCase.output` holds the turns as a JSON list of strings.
+The set is registered under the environment's name and under its verifier's name.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ class EpisodeVerifier:
 
     def __init__(self, spec: EnvSpec) -> None:
         self.spec = spec
-        self.name, self.revision = spec.name, spec.revision
+        from tracerl.envs._verify import declared_verifier
+
+        self.verifier_name, verifier_revision = declared_verifier(spec)
+        self.name, self.revision = spec.name, f"{spec.revision}+{verifier_revision}"
         self.components = tuple(spec.reward_weights)
         self.primary = self.components[0]
 
@@ -62,4 +66,6 @@ def register(spec: EnvSpec, cases: Callable[[], list[dict]]):
         return EpisodeVerifier(spec), out
 
     register_audit(spec.name, build, replace=True)
+    if spec.verifier:
+        register_audit(spec.verifier, build, replace=True)
     return build

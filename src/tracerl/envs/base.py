@@ -49,6 +49,8 @@ class EnvSpec:
     expert: (task, observations so far, rng) -> next action text, for SFT demonstrations.
     reward_weights: the weight of each reward component the env reports.
     stop_strings: strings that end a policy turn (tool-call closing tags).
+    verifier: the registered verifier (`tracerl.verifiers.registry`) every reward comes from; the
+        agent loop records its name and revision in each trajectory.
     special_tokens: tags the built-in tiny tokenizer keeps as single tokens (e.g. "<code>").
     """
 
@@ -62,6 +64,7 @@ class EnvSpec:
     special_tokens: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     description: str = ""
+    verifier: str = ""
 
 
 _REGISTRY: dict[str, EnvSpec] = {}

@@ -20,8 +20,10 @@ def heldout_protocol(*, model, tokenizer_hashes: dict[str, str], spec, tasks: Se
     from tracerl.models.load import model_sha256
     from tracerl.tasks.task import tasks_sha256
 
+    from tracerl.envs._verify import declared_verifier
+
     return Protocol(checkpoint_sha256=model_sha256(model), env_name=spec.name, env_revision=spec.revision,
-                    verifier_revision=spec.revision, split=split, tasks_sha256=tasks_sha256(list(tasks)),
+                    verifier_revision=declared_verifier(spec)[1], split=split, tasks_sha256=tasks_sha256(list(tasks)),
                     num_tasks=len(tasks), sampling=dict(sampling),
                     budgets={"max_turns": budgets.max_turns, "max_tokens": budgets.max_tokens,
                              "max_new_tokens": budgets.max_new_tokens},

@@ -29,6 +29,7 @@ from collections.abc import Callable
 import torch
 
 from tracerl.contract import TerminalReason, TokenRole, Trajectory, ids_sha256, validate
+from tracerl.envs._verify import declared_verifier
 from tracerl.envs.base import EnvSpec
 from tracerl.rollout.engine import StatelessSession, TorchEngine
 from tracerl.rollout.env_threads import EnvThread, run_all
@@ -125,6 +126,7 @@ def _play(engine, spec: EnvSpec, tasks: list[Task], group_ids: list[str], *, bud
     envs = [spec.make() for _ in tasks]
     threads = [EnvThread(f"tracerl-env-{i}") if threaded else None for i in range(len(tasks))]
     seeds = [random.Random(f"{seed}:{i}").randrange(2**31) for i in range(len(tasks))]
+    v_name, v_revision = declared_verifier(spec)
     resets = run_all([(th, _reset, (env, task, s)) for th, env, task, s in zip(threads, envs, tasks, seeds)], None)
     episodes: list[_Episode] = []
     for task, gid, env, th, reset_seed, (messages, state) in zip(tasks, group_ids, envs, threads, seeds, resets):
@@ -133,8 +135,8 @@ def _play(engine, spec: EnvSpec, tasks: list[Task], group_ids: list[str], *, bud
                           env_name=spec.name, task_source=task.source, task_revision=task.source_revision,
                           split=task.split, env_revision=spec.revision, reset_seed=reset_seed,
                           initial_state_hash=state, sampling=dict(sampling),
-                          wall_start=time.time(), verifier_name=f"{spec.name}.verify",
-                          verifier_revision=spec.revision, **(tokenizer_hashes or {}))
+                          wall_start=time.time(), verifier_name=v_name,
+                          verifier_revision=v_revision, **(tokenizer_hashes or {}))
         _append_by_role(traj, ids, roles)
         traj.add_span("prompt", 0, len(ids))
         episodes.append(_Episode(task, env, traj, th))
@@ -233,6 +235,8 @@ def _take_step(ep: _Episode, sample, text: str, step, state_hash: str, spec: Env
     if step.terminated:
         _finish(ep, spec, step.terminal_reason or TerminalReason.EOS, step.reward_components)
         traj.verifier_output = {k: v for k, v in info.items() if isinstance(v, (str, int, float, bool))}
+        if info.get("verifier"):  # the verifier that ran (the declared one when nothing overrode it)
+            traj.verifier_name, traj.verifier_revision = str(info["verifier"]), str(info.get("verifier_revision", ""))
         return
     if sample.finish == "stop" and sample.token_ids and sample.token_ids[-1] == tok.eos_token_id:
         _finish(ep, spec, TerminalReason.EOS, None)  # the policy stopped without a final answer

@@ -8,7 +8,6 @@ protocol, and the before/after table compares them.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import yaml
 
 from tracerl.config import Recipe
 from tracerl.envs import get_env
+from tracerl.envs._verify import declared_verifier
 from tracerl.errors import UserError
 from tracerl.eval.heldout import run_heldout
 from tracerl.eval.record import heldout_protocol, record_evaluation
@@ -32,40 +32,14 @@ from tracerl.tasks.task import tasks_sha256
 from tracerl.telemetry import MetricLoggers
 from tracerl.faults import wrap_engine, wrap_spec
 from tracerl.sandbox.runtime import configure as configure_sandbox
-from tracerl.train.checkpoint import checkpoint_marks, freeze, load_reference, load_trainer_state, save_checkpoint
+from tracerl.train.checkpoint import freeze, load_reference, save_checkpoint
 from tracerl.train.demos import collect_demos, demo_texts
 from tracerl.train.grading import GraderRole
 from tracerl.train.rl import RLState, train_rl
+from tracerl.train.run_common import (RunResult, _print_table, _quiet_transformers, _resume_point,  # noqa: F401
+                                      _sandbox_revision, _say)
 from tracerl.train.sft_stage import load_sft_data, run_sft_stage
 from tracerl.train.stages import RLStage, build_stage_tasks, recipe_tasks, rl_stages, write_ledger
-
-
-@dataclasses.dataclass
-class RunResult:
-    run_dir: Path
-    evals: list[dict]  # one per eval stage: {"after": stage label, "success": ..., ...}
-    wall_s: float
-
-
-def _say(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def _sandbox_revision() -> dict:
-    try:
-        import tracerl.sandbox as sb
-
-        report = sb.isolation_report() if hasattr(sb, "isolation_report") else {}
-        return {"revision": getattr(sb, "REVISION", "unknown"), "isolation": report}
-    except Exception as err:  # a manifest records what it can; the sandbox is checked on use
-        return {"revision": None, "error": repr(err)}
-
-
-def _quiet_transformers() -> None:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
 
 
 def expert_kwargs(recipe: Recipe) -> dict:
@@ -76,23 +50,12 @@ def expert_kwargs(recipe: Recipe) -> dict:
     return kw
 
 
-def _resume_point(run: RunDir, recipe: Recipe) -> tuple[Path, dict, list[str]]:
-    """The latest checkpoint, its trainer state, and the stages still to run from it."""
-    ckpt = run.latest_checkpoint(say=_say)
-    if ckpt is None:
-        raise UserError(f"{run.path} has no complete checkpoint to resume from; start it again with `tracerl train`")
-    state = load_trainer_state(ckpt)
-    if state.get("stage") != "rl" or "rl" not in recipe.stages:
-        raise UserError(f"the latest checkpoint of {run.path} is not inside an RL stage; nothing to resume")
-    run.rollback(checkpoint_marks(ckpt))  # what a killed step wrote after this checkpoint goes
-    rest = recipe.stages[recipe.stages.index("rl"):]
-    if state["step"] >= recipe.rl.steps:
-        rest = rest[1:]
-    return ckpt, state, rest
-
-
 def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult:
     """Run every stage of `recipe`; with `resume`, continue that run from its latest RL checkpoint."""
+    if recipe.envs:  # several environments: train/multi_pipeline.py
+        from tracerl.train.multi_pipeline import run_multi_recipe
+
+        return run_multi_recipe(recipe, resume=resume)
     t_start = time.time()
     torch.set_num_threads(recipe.run.threads)
     torch.manual_seed(recipe.run.seed)
@@ -157,7 +120,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
                    "pool": base_pool.manifest(), "sampler": recipe.tasks.sampler.model_dump(mode="json"),
                    "rl_stages": [st.describe() for st in rl_stages(recipe)]},
             env={"name": spec.name, "revision": spec.revision},
-            verifier={"name": f"{spec.name}.verify", "revision": spec.revision,
+            verifier={**dict(zip(("name", "revision"), declared_verifier(spec))),
                       **({"grader": {**grader.grader.manifest(), "mode": grader.cfg.mode, "path": grader.cfg.path}}
                          if grader else {})},
             sandbox=_sandbox_revision(), truncation_policy=recipe.rl.truncation,
@@ -282,17 +245,3 @@ def _start_stage(st: RLStage, state: RLState, *, run: RunDir, engine: TorchEngin
          f"sampler {r.tasks.sampler.kind}" + (f", profiled {len(tasks.profile)} tasks in {time.time() - t0:.0f}s"
                                                 if tasks.profiled_here else ""))
     return tasks.sampler
-
-
-def _print_table(result: RunResult, recipe: Recipe) -> None:
-    if not result.evals:
-        _say(f"done in {result.wall_s:.0f}s; run directory {result.run_dir}")
-        return
-    ks = [k for k in recipe.eval.k if k <= recipe.eval.samples]
-    head = (f"{'after':<8} {'held-out success':>17} " + " ".join(f"{'pass@' + str(k):>8}" for k in ks)
-            + f" {'tool calls':>11} {'infra fail':>10}")
-    _say("\n" + head + "\n" + "-" * len(head))
-    for e in result.evals:
-        _say(f"{e['after']:<8} {e['eval/success']:>17.3f} " + " ".join(f"{e[f'eval/pass@{k}']:>8.3f}" for k in ks)
-             + f" {e['eval/tool_calls_per_episode']:>11.2f} {e.get('eval/infra_failure_rate', 0.0):>10.3f}")
-    _say(f"\ndone in {result.wall_s:.0f}s; run directory {result.run_dir}")

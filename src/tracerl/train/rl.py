@@ -123,10 +123,11 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
             r = next(rounds)
             batch = [t for t in tasks for _ in range(n_roll)]
             groups = [f"s{state.step}-p{i // n_roll}" + (f"-r{r}" if r else "") for i in range(len(batch))]
-            trajs = run_episodes(engine, spec, batch, groups, budgets=budgets, sampling=sampling,
-                                 policy_version=state.policy_version,
-                                 seed=recipe.run.seed * 100003 + state.step + r * 7_000_003,
-                                 tokenizer_hashes=tokenizer_hashes, generator=gen, entropy_out=entropy)
+            play = spec.play if hasattr(spec, "play") else (  # EnvRouter (train/multienv.py): several environments
+                lambda eng, *a, **kw: run_episodes(eng, spec, *a, budgets=budgets, **kw))
+            trajs = play(engine, batch, groups, sampling=sampling, policy_version=state.policy_version,
+                         seed=recipe.run.seed * 100003 + state.step + r * 7_000_003,
+                         tokenizer_hashes=tokenizer_hashes, generator=gen, entropy_out=entropy)
             if grader is not None:  # before selection: dynamic sampling and advantages see the judged reward
                 grader.apply(trajs, batch, tokenizer)
             generated.extend(trajs)
@@ -159,6 +160,9 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
             batch = collate(trajs, pad_id=tokenizer.pad_token_id, truncation=cfg.truncation,
                             truncation_penalty=cfg.truncation_penalty)
             rewards, shaping = algo.shape_rewards(batch, trajs, ctx)
+            if hasattr(spec, "normalize"):  # several environments (train/multienv.py): per-domain reward scale
+                rewards, norm = spec.normalize(rewards, trajs)
+                shaping |= norm
             stats, adv = rl_update(algo, roles, batch, rewards, minibatches=cfg.minibatches, ctx=ctx)
             record_credit(store, state.step, batch.trajectory_ids, per_trajectory(adv, batch.action_BT),
                           batch.weight_B.tolist())  # advantage and loss weight per trajectory: export / inspect
@@ -173,6 +177,8 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
                                    policy_version=state.policy_version, classify=classify)
         metrics |= _task_metrics(got.report, sampler, state.generated_tokens, stage_index)
         metrics |= grader.metrics() if grader is not None else {}
+        if hasattr(spec, "step_metrics"):  # several environments: domain/<env>/* telemetry
+            metrics |= spec.step_metrics(trajs, generated)
         state.policy_version += 1
         state.step += 1
         metrics |= audits.metrics(state.step)
@@ -192,6 +198,7 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
         tqdm.write(line) if progress else print(line, flush=True)
         bar.update()
         trip = gates.update(state.step, metrics)
+        trip = trip or (spec.gate(state.step, metrics) if hasattr(spec, "gate") else None)  # per-domain regression
         if trip is not None:  # stop cleanly: state saved, the event recorded, then a non-zero exit
             on_checkpoint(state.step, state)
             store.add_event("gate", trip.reason, stage="rl", step=state.step, payload=trip.as_dict())

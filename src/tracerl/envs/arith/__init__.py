@@ -19,13 +19,14 @@ import random
 import re
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.envs._verify import grade
+from tracerl.envs.arith.verifier import NAME as VERIFIER, extract, score
 from tracerl.envs.base import EnvSpec, Message, Step, register_env
 from tracerl.tasks.task import Task
 
 REVISION = "arith-env-1"
 SYSTEM = "Answer with the number."
 _INT = re.compile(r"-?\d+")
-_STATED = re.compile(r"(?:=|\bequals\b)\s*(-?\d+)")
 DIFFICULTY_RANGE = (0.0, 1.0)
 
 
@@ -44,21 +45,6 @@ def generate(split: str, n: int, seed: int = 0, difficulty=None) -> list[Task]:
                  answer=str(a + b), split=split) for a, b in pairs[:n]]
 
 
-def extract(reply: str) -> str | None:
-    """The reply's answer: the first integer after its first `=` / "equals", else its last integer."""
-    stated = _STATED.search(reply)
-    if stated:
-        return stated.group(1)
-    ints = _INT.findall(reply)
-    return ints[-1] if ints else None
-
-
-def score(reply: str, answer: str) -> dict[str, float]:
-    got = extract(reply)
-    correct = float(got is not None and int(got) == int(answer))
-    return {"correct": correct, "format": float(correct > 0 and len(reply.split()) <= 12)}
-
-
 class ArithEnv:
     name = "arith"
     revision = REVISION
@@ -73,9 +59,9 @@ class ArithEnv:
 
     def step(self, action_text: str) -> Step:
         self.reply = action_text
-        comps = score(action_text, self.task.answer)
+        comps, info = grade(VERIFIER, self.task, action_text)
         return Step(terminated=True, terminal_reason=TerminalReason.EOS, reward_components=comps,
-                    info={"answer": extract(action_text) or ""})
+                    info={"answer": extract(action_text) or "", **info})
 
     def state_hash(self) -> str:
         return hashlib.sha256(repr((self.task.id if self.task else None, self.reply)).encode()).hexdigest()[:16]
@@ -89,7 +75,7 @@ def expert(task: Task, observations: list[str], rng: random.Random, *, error_rat
 
 SPEC = register_env(EnvSpec(
     name="arith", revision=REVISION, make=ArithEnv, generate=generate, expert=expert,
-    reward_weights={"correct": 1.0, "format": 0.0}, stop_strings=(), tools=(),
+    reward_weights={"correct": 1.0, "format": 0.0}, stop_strings=(), tools=(), verifier=VERIFIER,
     description="One-turn sums answered in plain words (for pretrained instruct models).",
 ))
 

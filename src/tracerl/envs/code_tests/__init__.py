@@ -8,7 +8,7 @@ import random
 from tracerl.envs import _audit
 from tracerl.envs._generation import generate_tasks
 from tracerl.envs.base import EnvSpec, register_env
-from tracerl.envs.code_tests.env import NAME, REVISION, CodeTestsEnv, make_expert
+from tracerl.envs.code_tests.env import NAME, REVISION, VERIFIER, CodeTestsEnv, make_expert
 from tracerl.envs.code_tests.templates import LEVELS, make_task
 from tracerl.tasks.task import Task
 
@@ -57,7 +57,7 @@ def audit_cases() -> list[dict]:
 SPEC = register_env(EnvSpec(
     name=NAME, revision=REVISION, make=CodeTestsEnv, generate=generate,
     expert=make_expert(EXPERT_ERROR_RATE), reward_weights={"tests": 1.0},
-    stop_strings=("</run>", "</answer>"),
+    stop_strings=("</run>", "</answer>"), verifier=VERIFIER,
     special_tokens=("<run>", "</run>", "<answer>", "</answer>", "<output>", "</output>", "<error>", "</error>"),
     tools=("python",),
     description="write a one-line Python function from a spec; sandboxed runs on examples, hidden tests",

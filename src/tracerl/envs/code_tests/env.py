@@ -19,7 +19,9 @@ import random
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
+from tracerl.envs.code_tests.verifier import NAME as VERIFIER
 from tracerl.envs.code_tests.harness import evaluate
 from tracerl.envs.grammar import parse_tagged
 from tracerl.tasks.task import Task
@@ -37,10 +39,7 @@ class CodeTestsEnv:
     revision = REVISION
 
     def __init__(self, sandbox=None, run_budget: int = RUN_BUDGET, max_invalid: int | None = MAX_INVALID) -> None:
-        from tracerl.verifiers import UnitTestVerifier
-
         self._sandbox = sandbox
-        self._verifier = UnitTestVerifier(sandbox=sandbox, timeout_s=0.5)
         self.run_budget = run_budget
         self.max_invalid = max_invalid
         self._task: Task | None = None
@@ -77,20 +76,18 @@ class CodeTestsEnv:
         step = _invalid(why)
         if self.max_invalid is not None and self._invalid >= self.max_invalid:
             self._done = True
-            return Step(step.observation, True, TerminalReason.ENV_FAILURE, {"tests": 0.0}, step.info)
+            comps, info = grade(VERIFIER, self._task, None, sandbox=self._sandbox)
+            return Step(step.observation, True, TerminalReason.ENV_FAILURE, comps, {**step.info, **info})
         return step
 
     def _grade(self, code: str) -> Step:
         self._done = True
-        tests = [{"expr": f"f({x!r})", "expected": y} for x, y in self._task.tests["hidden"]]
         try:
-            result = self._verifier.verify({"tests": tests}, f"<code>{code}</code>")
+            comps, info = grade(VERIFIER, self._task, code, sandbox=self._sandbox)
         except RuntimeError as err:  # the verifier raises only when the sandbox itself failed
             return Step(None, True, TerminalReason.INFRA_FAILURE, {},
                         {"tool": "answer", "tool_status": "crash", "infra_error": str(err)[:200]})
-        return Step(None, True, TerminalReason.EOS, {"tests": result.components["tests_passed"]},
-                    {"tool": "answer", "invalid_action": False, "verifier": self._verifier.name,
-                     "passed": result.raw.get("passed", 0), "total": len(tests), "reason": result.reason[:200]})
+        return Step(None, True, TerminalReason.EOS, comps, {"tool": "answer", "invalid_action": False, **info})
 
     def state_hash(self) -> str:
         payload = {"task": self._task.id if self._task else None, "runs": getattr(self, "_runs", [])}

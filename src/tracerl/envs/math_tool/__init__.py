@@ -3,7 +3,7 @@
 from tracerl.envs import _audit
 from tracerl.envs.base import EnvSpec, register_env
 from tracerl.envs.math_tool.audit import audit_cases
-from tracerl.envs.math_tool.env import REVISION, MathToolEnv, check_answer, expert
+from tracerl.envs.math_tool.env import REVISION, VERIFIER, MathToolEnv, check_answer, expert
 from tracerl.envs.math_tool.generator import generate
 
 SPEC = register_env(EnvSpec(
@@ -14,6 +14,7 @@ SPEC = register_env(EnvSpec(
     expert=expert,
     reward_weights={"correct": 1.0, "format": 0.0},
     stop_strings=("</code>", "</answer>"),
+    verifier=VERIFIER,
     special_tokens=("<code>", "</code>", "<answer>", "</answer>", "<output>", "</output>"),
     tools=("python",),
     description="Arithmetic word problems (1-4 operations) with a sandboxed Python tool.",

@@ -13,20 +13,16 @@ import random
 import re
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
+from tracerl.envs.math_tool.verifier import NAME as VERIFIER, check_answer
 from tracerl.envs.grammar import parse_tagged
 from tracerl.tasks.task import Task
 
 SYSTEM = "Use <code> to compute. Give the number in <answer>."
 TAGS = ("code", "answer")
 REVISION = "math_tool-env-1"
-_INT = re.compile(r"-?\d{1,12}", re.ASCII)  # ASCII digits only: int() also reads other scripts
-
-
-def check_answer(body: str, expected: str) -> float:
-    """Exact integer match; anything that is not a plain integer scores 0."""
-    body = body.strip()
-    return 1.0 if _INT.fullmatch(body) and int(body) == int(expected) else 0.0
+__all__ = ["MathToolEnv", "REVISION", "VERIFIER", "check_answer", "expert"]
 
 
 class MathToolEnv:
@@ -52,10 +48,9 @@ class MathToolEnv:
             return Step(observation=f"<output>invalid_action: {action.reason}</output>",
                         info={"invalid_action": True, "reason": action.reason})
         if action.kind == "answer":
-            correct = check_answer(action.body, self.task.answer)
+            comps, info = grade(VERIFIER, self.task, action.body)
             return Step(terminated=True, terminal_reason=TerminalReason.EOS,
-                        reward_components={"correct": correct, "format": 1.0},
-                        info={"answer": action.body})
+                        reward_components=comps, info={"answer": action.body, **info})
         return self._run_code(action.body)
 
     def _run_code(self, code: str) -> Step:

@@ -82,7 +82,7 @@ def audit_cases() -> list[dict]:
 SPEC = register_env(EnvSpec(
     name=NAME, revision=REVISION, make=ReasoningGymEnv, generate=generate,
     expert=make_expert(EXPERT_ERROR_RATE), reward_weights={"correct": 1.0},
-    stop_strings=("</calc>", "</answer>"),
+    stop_strings=("</calc>", "</answer>"), verifier="reasoning_gym.guarded_scorer",
     special_tokens=("<calc>", "</calc>", "<result>", "</result>", "<answer>", "</answer>", "<error>", "</error>"),
     tools=("calc",),
     description="reasoning-gym families (arithmetic, chain sums, equations, 24-point) with a calculator, behind guarded scorers",

@@ -12,17 +12,17 @@ expression or a call over budget is an invalid action; the `MAX_INVALID`-th ends
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import random
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
 from tracerl.envs.grammar import parse_tagged
-from tracerl.envs.reasoning_gym.families import CONFIGS, calc, calc_expression, guard, wrong_answer
-from tracerl.errors import UserError
+from tracerl.envs.reasoning_gym.families import calc, calc_expression, wrong_answer
+from tracerl.envs.reasoning_gym.verifier import NAME as VERIFIER, dataset, require_package, score  # noqa: F401
 from tracerl.tasks.task import Task
 
 NAME = "reasoning_gym"
@@ -31,33 +31,6 @@ CALC_BUDGET = 3
 MAX_INVALID = 2
 SYSTEM = ("Solve the problem. To compute, write <calc>expression</calc> with + - * / ( ); the value comes "
           "back in <result></result>. Give only the final answer as <answer>…</answer>.")
-
-
-def require_package():
-    """Imports `reasoning_gym` or raises one clear sentence naming the fix."""
-    try:
-        import reasoning_gym
-    except ImportError as err:
-        raise UserError("the reasoning_gym environment needs the reasoning-gym package; "
-                        "install it with: pip install 'tracerl[reasoning]'") from err
-    return reasoning_gym
-
-
-@functools.lru_cache(maxsize=64)
-def dataset(family: str, level: int, seed: int = 0, size: int = 1):
-    """A reasoning-gym dataset with tracerl's config for (family, level). Scorers read the config
-    (e.g. puzzle24's value range), so scoring rebuilds the same dataset the task came from."""
-    rg = require_package()
-    return rg.create_dataset(family, size=size, seed=seed, **CONFIGS[family][level])
-
-
-def score(family: str, level: int, answer: str, entry: dict) -> tuple[float, dict]:
-    answer = answer.strip()
-    rejected = guard(family, answer, entry)
-    if rejected is not None:
-        return 0.0, {"guard": rejected}
-    raw = float(dataset(family, level).score_answer(answer=answer, entry=entry))
-    return float(raw >= 1.0), {"package_score": raw}
 
 
 class ReasoningGymEnv:
@@ -90,14 +63,12 @@ class ReasoningGymEnv:
             return self._calc(action.body)
         self._done = True
         self._answer = action.body
-        meta = self._task.metadata
         try:
-            correct, raw = self._score(meta["family"], int(meta["level"]), action.body, meta["entry"])
+            comps, info = grade(VERIFIER, self._task, action.body, scorer=self._score)
         except Exception as err:  # the scorer is infrastructure; its crash is never the policy's reward
             return Step(None, True, TerminalReason.INFRA_FAILURE, {},
                         {"infra_error": f"{type(err).__name__}: {err}"})
-        return Step(None, True, TerminalReason.EOS, {"correct": correct},
-                    {"scorer": raw, "invalid_action": False, "calls": len(self._calls)})
+        return Step(None, True, TerminalReason.EOS, comps, {"invalid_action": False, "calls": len(self._calls), **info})
 
     def _calc(self, expr: str) -> Step:
         if len(self._calls) >= self.calc_budget:
@@ -116,7 +87,8 @@ class ReasoningGymEnv:
         obs = f"<error>invalid_action: {why}</error>\n"
         if self.max_invalid is not None and self._invalid >= self.max_invalid:
             self._done = True
-            return Step(obs, True, TerminalReason.ENV_FAILURE, {"correct": 0.0}, {"invalid_action": True})
+            comps, info = grade(VERIFIER, self._task, None, scorer=self._score)
+            return Step(obs, True, TerminalReason.ENV_FAILURE, comps, {"invalid_action": True, **info})
         return Step(obs, info={"invalid_action": True})
 
     def state_hash(self) -> str:

@@ -6,7 +6,7 @@ import json
 import random
 
 from tracerl.envs.base import EnvSpec, register_env
-from tracerl.envs.search_qa.env import NAME, REVISION, SearchQAEnv, make_expert
+from tracerl.envs.search_qa.env import NAME, REVISION, VERIFIER, SearchQAEnv, make_expert
 from tracerl.envs import _audit
 from tracerl.envs._generation import generate_tasks
 from tracerl.envs.search_qa.kb import LEVELS, make_kb, make_question
@@ -55,7 +55,7 @@ def audit_cases() -> list[dict]:
 SPEC = register_env(EnvSpec(
     name=NAME, revision=REVISION, make=SearchQAEnv, generate=generate,
     expert=make_expert(EXPERT_ERROR_RATE), reward_weights={"correct": 1.0, "invalid_actions": -0.1},
-    stop_strings=("</search>", "</answer>"),
+    stop_strings=("</search>", "</answer>"), verifier=VERIFIER,
     special_tokens=("<search>", "</search>", "<answer>", "</answer>", "<result>", "</result>",
                     "<error>", "</error>"),
     tools=("search",),

@@ -17,7 +17,9 @@ import random
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
+from tracerl.envs.search_qa.verifier import NAME as VERIFIER
 from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.search_qa.kb import normalize, passages
 from tracerl.tasks.task import Task
@@ -82,9 +84,8 @@ class SearchQAEnv:
         tool, body = action.kind, action.body
         if tool == "answer":
             self._done = True
-            correct = float(normalize(body) == normalize(str(self._task.answer)) and bool(normalize(body)))
-            return Step(None, True, TerminalReason.EOS, {"correct": correct, "invalid_actions": float(self._invalid)},
-                        {"tool": "answer", "searches": self._searches})
+            comps, info = grade(VERIFIER, self._task, {"answer": body, "invalid_actions": self._invalid})
+            return Step(None, True, TerminalReason.EOS, comps, {"tool": "answer", "searches": self._searches, **info})
         if self._searches >= self.search_budget:
             return self._invalid_step(f"search budget of {self.search_budget} is spent; answer now")
         if not body.strip():
@@ -107,8 +108,8 @@ class SearchQAEnv:
         step = _invalid("invalid_action", why)
         if self.max_invalid is not None and self._invalid >= self.max_invalid:
             self._done = True
-            return Step(step.observation, True, TerminalReason.ENV_FAILURE,
-                        {"correct": 0.0, "invalid_actions": float(self._invalid)}, step.info)
+            comps, info = grade(VERIFIER, self._task, {"answer": None, "invalid_actions": self._invalid})
+            return Step(step.observation, True, TerminalReason.ENV_FAILURE, comps, {**step.info, **info})
         return step
 
     def state_hash(self) -> str:

@@ -8,7 +8,7 @@ import random
 from tracerl.envs import _audit
 from tracerl.envs._generation import generate_tasks
 from tracerl.envs.base import EnvSpec, register_env
-from tracerl.envs.text_world.env import NAME, REVISION, TextWorldEnv, expected_success, make_expert
+from tracerl.envs.text_world.env import NAME, REVISION, VERIFIER, TextWorldEnv, expected_success, make_expert
 from tracerl.envs.text_world.world import LEVELS, make_world, plan
 from tracerl.tasks.task import Task
 
@@ -53,7 +53,7 @@ SPEC = register_env(EnvSpec(
     name=NAME, revision=REVISION, make=TextWorldEnv, generate=generate,
     expert=make_expert(EXPERT_ERROR_RATE),
     reward_weights={"success": 1.0, "invalid_actions": -0.1},
-    stop_strings=("</action>",),
+    stop_strings=("</action>",), verifier=VERIFIER,
     special_tokens=("<action>", "</action>", "<obs>", "</obs>", "<error>", "</error>"),
     tools=("action",),
     description="rooms, doors, keys and chests; take the coin within the step limit; state hashes for GiGPO",

@@ -21,7 +21,9 @@ import random
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
+from tracerl.envs.text_world.verifier import NAME as VERIFIER
 from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.text_world.world import apply, candidate_actions, describe, is_goal
 from tracerl.tasks.task import Task
@@ -66,16 +68,12 @@ class TextWorldEnv:
             obs = f"<obs>{msg}</obs>\n"
         info = {"invalid_action": invalid, "steps": self._steps, "tool": None if action.kind == "invalid" else "action",
                 "tool_status": "invalid_action" if invalid else "ok"}
-        if is_goal(self._state):
+        if is_goal(self._state) or self._steps >= self._max_steps:
             self._done = True
-            return Step(obs, True, TerminalReason.ENV_SUCCESS, self._components(1.0), info)
-        if self._steps >= self._max_steps:
-            self._done = True
-            return Step(obs, True, TerminalReason.ENV_FAILURE, self._components(0.0), info)
+            reason = TerminalReason.ENV_SUCCESS if is_goal(self._state) else TerminalReason.ENV_FAILURE
+            comps, vinfo = grade(VERIFIER, self._task, {"state": self._state, "invalid_actions": self._invalid})
+            return Step(obs, True, reason, comps, {**info, **vinfo})
         return Step(obs, info=info)
-
-    def _components(self, goal: float) -> dict[str, float]:
-        return {"success": goal, "invalid_actions": float(self._invalid)}
 
     def state_hash(self) -> str:
         payload = {"task": self._task.id if self._task else None, "state": getattr(self, "_state", None)}

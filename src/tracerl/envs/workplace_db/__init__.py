@@ -8,7 +8,7 @@ import random
 from tracerl.envs import _audit
 from tracerl.envs._generation import generate_tasks
 from tracerl.envs.base import EnvSpec, register_env
-from tracerl.envs.workplace_db.env import NAME, REVISION, WorkplaceDBEnv, expected_state, make_expert
+from tracerl.envs.workplace_db.env import NAME, REVISION, VERIFIER, WorkplaceDBEnv, expected_state, make_expert
 from tracerl.envs.workplace_db.tasks import LEVELS, make_task
 from tracerl.tasks.task import Task
 
@@ -58,7 +58,7 @@ def audit_cases() -> list[dict]:
 SPEC = register_env(EnvSpec(
     name=NAME, revision=REVISION, make=WorkplaceDBEnv, generate=generate,
     expert=make_expert(EXPERT_ERROR_RATE), reward_weights={"correct": 1.0, "invalid_actions": -0.1},
-    stop_strings=("</call>",),
+    stop_strings=("</call>",), verifier=VERIFIER,
     special_tokens=("<call>", "</call>", "<result>", "</result>", "<error>", "</error>"),
     tools=("find", "set", "add", "done"),
     description="office assistant over an in-memory SQLite database; verified by the final database state",

@@ -18,27 +18,20 @@ import sqlite3
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
 from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.workplace_db import db
+from tracerl.envs.workplace_db.verifier import NAME as VERIFIER, expected_state
 from tracerl.tasks.task import Task
 
 NAME = "workplace_db"
+__all__ = ["NAME", "REVISION", "VERIFIER", "WorkplaceDBEnv", "expected_state", "make_expert"]
 REVISION = "workplace_db-env-2"  # 2: the MAX_INVALID-th invalid call ends the episode as a failure; tasks carry the reference calls as `answer`
 MAX_INVALID = 2
 SYSTEM = ("You run the office database (employees: id name team; tickets: id topic owner status). "
           "Each turn write one <call>…</call>: find TABLE col value, set TABLE id N col value, "
           "add TABLE col value …, or done.")
-
-
-def expected_state(task: Task) -> dict:
-    """The database after the task's reference calls: the only thing the verifier compares with."""
-    conn = db.connect(task.metadata["rows"])
-    for call in task.metadata["script"]:
-        op, table, args = db.parse(call)
-        if op != "done":
-            db.execute(conn, op, table, args)
-    return db.dump(conn)
 
 
 class WorkplaceDBEnv:
@@ -68,10 +61,8 @@ class WorkplaceDBEnv:
             op, table, args = db.parse(action.body)
             if op == "done":
                 self._done = True
-                match = float(db.dump(self._conn) == expected_state(self._task))
-                return Step(None, True, TerminalReason.EOS,
-                            {"correct": match, "invalid_actions": float(self._invalid)},
-                            {"tool": "done", "calls": self._calls})
+                comps, info = grade(VERIFIER, self._task, {"db": db.dump(self._conn), "invalid_actions": self._invalid})
+                return Step(None, True, TerminalReason.EOS, comps, {"tool": "done", "calls": self._calls, **info})
             self._calls += 1
             result = db.execute(self._conn, op, table, args)
         except db.CallError as err:
@@ -87,8 +78,8 @@ class WorkplaceDBEnv:
         step = _error(kind, why)
         if self.max_invalid is not None and self._invalid >= self.max_invalid:
             self._done = True
-            return Step(step.observation, True, TerminalReason.ENV_FAILURE,
-                        {"correct": 0.0, "invalid_actions": float(self._invalid)}, step.info)
+            comps, info = grade(VERIFIER, self._task, {"db": None, "invalid_actions": self._invalid})
+            return Step(step.observation, True, TerminalReason.ENV_FAILURE, comps, {**step.info, **info})
         return step
 
     def state_hash(self) -> str:

@@ -160,6 +160,9 @@ def build_report(run_dir: str | Path, *, smooth: float = 0.0) -> Path:
     else:
         parts.append('<p class="missing">manifest.json not recorded</p>')
     parts += _figure_html(figures)
+    from tracerl.eval.report.domains import domain_parts
+
+    parts += domain_parts(run_path, series, out, _table)  # runs over several environments: panels + mixture table
     samples = sample_table(run_path)
     if samples:
         parts.append("<h2>Sample trajectories</h2><div class='sub'>the best and the worst episode (by reward) of "

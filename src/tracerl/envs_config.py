@@ -1,0 +1,154 @@
+"""The `envs:` section of a recipe: one run over several environments (Nemotron 3's RL mixture).
+
+    envs:
+      - {name: math_tool, share: 0.5, max_turns: 3}
+      - {name: code_tests, share: 0.25, reward_weights: {tests: 1.0}}
+      - {name: search_qa, share: 0.25, tasks: {sampler: {kind: uniform}}}
+
+Each entry has its own task pool (`tasks`, else the env's generator with `train_tasks` /
+`heldout_tasks` / difficulty), sampler, budgets (turns, tokens), reward weights, SFT demonstrations
+and held-out tasks; its verifier and audit set are the environment's registered ones. Unset fields
+inherit from the recipe's `env:` section (budgets, task counts) or `sft:` / `eval:`. `share` is
+the target share of each batch's tasks (normalised over the environments of the stage); a group
+is one task's rollouts, so groups never mix environments. An RL stage may name a subset
+(`rl.stages[i].envs`): a domain cascade (math → code → tools).
+
+`check_envs` runs when the recipe loads; it also refuses a task source whose environment is not in
+the run (the single `env:` form included), which used to crash mid-RL.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tracerl.tasks.config import TasksConfig
+
+
+class _Cfg(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+
+
+class EnvEntry(_Cfg):
+    name: str = Field(min_length=1)
+    """Registered environment name (`tracerl envs` lists them); each name once."""
+    share: float = Field(1.0, gt=0.0, le=1e6, allow_inf_nan=False)
+    """Target share of each RL batch's tasks (normalised over the environments of the stage)."""
+    train_tasks: int | None = Field(None, ge=1, le=10**7)
+    """Generated training tasks (null: env.train_tasks)."""
+    heldout_tasks: int | None = Field(None, ge=1, le=10**7)
+    """Generated held-out tasks (null: env.heldout_tasks)."""
+    train_difficulty: tuple[float, float] | None = None
+    """Difficulty range of training tasks (null: env.train_difficulty)."""
+    heldout_difficulty: tuple[float, float] | None = None
+    """Difficulty range of held-out tasks (null: env.heldout_difficulty)."""
+    max_turns: int | None = Field(None, ge=1, le=10**4)
+    """Policy turns per episode (null: env.max_turns)."""
+    max_tokens: int | None = Field(None, ge=1, le=1 << 24)
+    """Episode length budget, prompt included (null: env.max_tokens)."""
+    max_new_tokens: int | None = Field(None, ge=1, le=1 << 24)
+    """Tokens per policy turn (null: env.max_new_tokens)."""
+    step_timeout_s: float | None = Field(None, gt=0)
+    """Wall seconds one env step may take (null: env.step_timeout_s)."""
+    reward_weights: dict[str, float] | None = None
+    """Weight of each component of the env's verifier (null: the env's own weights)."""
+    tasks: TasksConfig | None = None
+    """This environment's task pool, filters and sampler (null: its generator, uniform sampler)."""
+    demos: int | None = Field(None, ge=0, le=10**7)
+    """SFT demonstrations from this env's expert (null: sft.demos × normalised share)."""
+    expert_error_rate: float | None = Field(None, ge=0.0, le=1.0)
+    """Error rate of this env's scripted expert (null: sft.expert_error_rate, else the env's default)."""
+    eval_tasks: int | None = Field(None, ge=1, le=10**7)
+    """Held-out tasks evaluated for this env (null: eval.tasks)."""
+
+    @model_validator(mode="after")
+    def _ranges(self) -> EnvEntry:
+        for name in ("train_difficulty", "heldout_difficulty"):
+            rng = getattr(self, name)
+            if rng is not None and not 0.0 <= rng[0] <= rng[1] <= 1.0:
+                raise ValueError(f"envs[{self.name}].{name} must be [low, high] with 0 <= low <= high <= 1, got {list(rng)}")
+        return self
+
+
+class MixtureConfig(_Cfg):
+    """Options of a multi-environment run (only with `envs:`)."""
+
+    normalize_rewards: bool = False
+    """Divide each environment's rewards by their standard deviation in the batch before the advantage, so
+    one domain's large reward scale does not dominate the update (matters for algorithms that do not
+    normalise per group: dr_grpo, rloo, reinforce_pp). GRPO's per-group normalisation is unchanged by it."""
+    regression_tolerance: float | None = Field(None, gt=0.0, le=1.0)
+    """Stop RL cleanly (checkpoint + gate event, exit 3) when any environment's held-out success falls more than
+    this below its best so far in the run (needs rl.eval_every > 0)."""
+
+
+def _generator_envs(tasks: TasksConfig | None) -> list[tuple[int, str]]:
+    return [(i, s.env) for i, s in enumerate(tasks.sources if tasks else []) if s.kind == "generator" and s.env]
+
+
+def _misrouted(where: str, tasks: TasksConfig | None, allowed: set[str], what: str) -> str | None:
+    for i, env in _generator_envs(tasks):
+        if env not in allowed:
+            return (f"{where}.sources.{i} generates {env!r} tasks but {what}; tasks are played by their own "
+                    f"environment, so add {env!r} to envs: (each with its own tasks) or remove that source")
+    return None
+
+
+def check_envs(recipe) -> str | None:
+    """The first problem with the recipe's environments, as one sentence; None when it is sound."""
+    from tracerl.envs.base import env_names
+
+    known = set(env_names())
+    stages = recipe.rl.stages
+    if not recipe.envs:
+        if recipe.mixture != MixtureConfig():  # by value: a resolved config round-trips
+            return "mixture: options apply only to a run over several environments; add envs: or remove mixture:"
+        single = {recipe.env.name}
+        problem = _misrouted("tasks", recipe.tasks, single, f"the run's environment is {recipe.env.name!r}")
+        for k, st in enumerate(stages):
+            if st.envs is not None and set(st.envs) != single:
+                return (f"rl.stages.{k}.envs names {st.envs} but the run has one environment ({recipe.env.name!r}); "
+                        "list several under envs: to change environments between stages")
+            problem = problem or _misrouted(f"rl.stages.{k}.tasks", st.tasks, single,
+                                            f"the run's environment is {recipe.env.name!r}")
+        return problem
+    names = [e.name for e in recipe.envs]
+    if len(set(names)) != len(names):
+        return f"envs lists an environment twice ({names}); give each once, with its share"
+    for e in recipe.envs:
+        if e.name not in known:
+            import difflib
+
+            close = difflib.get_close_matches(e.name, sorted(known), n=1)
+            return f"envs names unknown environment {e.name!r}; " + (f"did you mean {close[0]!r}?" if close
+                                                                       else f"known: {', '.join(sorted(known))}")
+    if recipe.env.name != type(recipe.env)().name:  # by value, so a resolved config round-trips
+        return "the recipe sets both env.name and envs:; with envs: the env section holds only shared budgets, so drop env.name"
+    if recipe.tasks != TasksConfig():
+        return "with envs: each environment's tasks go under envs[i].tasks; move the recipe-level tasks: section there"
+    from tracerl.envs.base import get_env
+    from tracerl.verifiers.registry import get_verifier
+
+    for e in recipe.envs:
+        problem = _misrouted(f"envs[{e.name}].tasks", e.tasks, {e.name}, f"it is the task pool of {e.name!r}")
+        if problem:
+            return problem
+        if e.reward_weights is not None:
+            spec = get_env(e.name)
+            comps = set(get_verifier(spec.verifier).components) if spec.verifier else set(spec.reward_weights)
+            unknown = sorted(set(e.reward_weights) - comps)
+            if unknown or not e.reward_weights:
+                return (f"envs[{e.name}].reward_weights names {unknown or 'nothing'}; its verifier produces "
+                        f"{sorted(comps)}")
+    for k, st in enumerate(stages):
+        if st.tasks is not None:
+            return f"rl.stages.{k}.tasks: with envs: a stage picks environments (rl.stages.{k}.envs), each keeps its own tasks"
+        if st.envs is not None:
+            bad = [n for n in st.envs if n not in names]
+            if bad or not st.envs:
+                return f"rl.stages.{k}.envs names {bad or 'no environment'}; use some of the run's envs: {names}"
+    if recipe.gates.audit_failures_max is not None:
+        return ("gates.audit_failures_max replays one environment's audit set and is not wired for envs: yet; "
+                "unset it and run `tracerl audit <env>` for each environment")
+    if recipe.mixture.regression_tolerance is not None and not recipe.rl.eval_every:
+        return "mixture.regression_tolerance watches the held-out evaluations during RL; set rl.eval_every > 0"
+    return None
