@@ -17,7 +17,9 @@ from tracerl.envs import env_names, get_env
 from tracerl.verifiers import VerifierResult
 from tracerl.verifiers import registry
 
-ENVS = [n for n in env_names() if n != "reasoning_gym" or importlib.util.find_spec("reasoning_gym")]
+# the built-in environments (test modules register toy envs of their own in the same process)
+ENVS = [n for n in env_names() if get_env(n).make.__module__.startswith("tracerl.envs.")
+        and (n != "reasoning_gym" or importlib.util.find_spec("reasoning_gym"))]
 
 
 class Sentinel:
