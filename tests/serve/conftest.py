@@ -49,3 +49,46 @@ def client(gateway):
     _, srv = gateway
     with openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=60) as c:
         yield c
+
+
+class ScriptedEngine(TorchEngine):
+    """Plays fixed turns (text, tokenized on its own) in order, log-prob -0.5 per token; the real tokenizer."""
+
+    def __init__(self, model, tokenizer, turns):
+        super().__init__(model, tokenizer)
+        self.turns = list(turns)
+
+    def generate(self, prompts, *, max_new_tokens, **kw):
+        from tracerl.rollout.engine import Sample
+
+        budgets = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
+        out = []
+        for b in budgets:
+            ids = self.tokenizer(self.turns.pop(0), add_special_tokens=False)["input_ids"][:b]
+            out.append(Sample(list(ids), [-0.5] * len(ids), "stop" if len(ids) < b else "length", [0.0] * len(ids)))
+        return out
+
+
+@pytest.fixture
+def scripted(tiny, tmp_path):
+    """(make(turns) -> (gateway, server, client)); every server it starts is stopped at teardown."""
+    import openai
+
+    spec, tasks, model, tok = tiny
+    started = []
+
+    def make(turns, **registry_kw):
+        registry = EpisodeRegistry(verifier=EnvVerifier(spec, tasks), span_log=tmp_path / "spans.jsonl",
+                                   env_name=spec.name, **registry_kw)
+        gw = Gateway(ScriptedEngine(model, tok, turns), model_name="tiny", registry=registry,
+                     default_max_tokens=64, stop_strings=spec.stop_strings)
+        srv = ServerThread(gw, reap_every_s=0.05).start()
+        c = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=60)
+        started.append((gw, srv, c))
+        return gw, srv, c
+
+    yield make
+    for gw, srv, c in started:
+        c.close()
+        srv.stop()
+        gw.close()
