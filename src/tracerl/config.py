@@ -21,6 +21,7 @@ from tracerl.algorithms.spec import ALGORITHMS
 from tracerl.errors import UserError
 from tracerl.rl_config import RLConfig, RLStageConfig, _Cfg
 from tracerl.roles_config import RolesConfig
+from tracerl.serve.config import GatewayConfig
 from tracerl.faults import FaultsConfig
 from tracerl.tasks.config import TasksConfig
 from tracerl.telemetry.gates import GatesConfig
@@ -179,6 +180,8 @@ class Recipe(_Cfg):
     """Stages in order; the model is built or loaded first."""
     roles: RolesConfig = Field(default_factory=RolesConfig)
     """Auxiliary models of the RL algorithm (critic, PRM, teachers); only the ones it uses may be set."""
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    """An external OpenAI-client agent trained through the in-process gateway (docs/gateway.md); off by default."""
 
     @model_validator(mode="after")
     def _stage_steps(self) -> Recipe:

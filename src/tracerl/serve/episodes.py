@@ -126,6 +126,8 @@ class EpisodeRegistry:
                                 "'reward'", param="task_id", code="task_not_found")
             text = answer if answer is not None else self._last_text(ep)
             comps, weights, reason, raw = self.verifier(tid, text)
+            if ep.calls and ep.calls[-1].finish_reason == "length":  # cut off mid-answer: a truncation, no reward
+                comps, reason = {k: 0.0 for k in comps}, TerminalReason.MAX_TOKENS
             ep.task_id = tid
             ep.verifier_name = getattr(self.verifier, "name", "")
             ep.verifier_revision = getattr(self.verifier, "revision", "")

@@ -171,7 +171,7 @@ class Gateway:
                           completion_ids=list(sample.token_ids), logprobs=list(sample.logprobs),
                           finish_reason=sample.finish, policy_version=version,
                           sampling={**sampling, "seed": req.seed, "max_tokens": budget, "stop": list(stops)},
-                          started=t0, latency_s=time.time() - t0,
+                          started=t0, latency_s=time.time() - t0, entropies=list(sample.entropies),
                           text=self.tokenizer.decode(sample.token_ids, skip_special_tokens=True))
 
     def _logprob_entries(self, call: CallRecord) -> list[dict]:

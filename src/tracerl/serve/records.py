@@ -26,6 +26,7 @@ class CallRecord:
     sampling: dict[str, Any]
     started: float
     latency_s: float
+    entropies: list[float] = dataclasses.field(default_factory=list)  # of the sampling distribution (diagnostic)
     text: str = ""  # the completion decoded (special tokens skipped): what a verifier reads
     messages: list[dict] | None = None  # chat: the canonical conversation it answered
     reply: dict | None = None  # chat: the assistant message returned
@@ -34,6 +35,7 @@ class CallRecord:
 
     def as_json(self) -> dict:
         d = dataclasses.asdict(self)
+        d.pop("entropies")
         d["prompt_roles"] = [TokenRole(r).label for r in self.prompt_roles]
         return d
 

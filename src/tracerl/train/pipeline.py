@@ -157,6 +157,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
 
     engine = TorchEngine(model, tokenizer)
     budgets = LoopBudgets.from_env(recipe.env)
+    episodes = gateway_rollout(recipe, run.path)  # an external agent through the gateway, else the agent loop
     eval_tasks = heldout[: recipe.eval.tasks]
     eval_sampling = {"temperature": recipe.eval.temperature, "top_p": recipe.eval.top_p, "top_k": 0}
     summary_path = run.path / "summary.json"
@@ -168,7 +169,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     def evaluate(step: int, policy_version: int, label: str) -> dict[str, float]:
         res = run_heldout(engine, spec, eval_tasks, samples=recipe.eval.samples, ks=recipe.eval.k,
                           budgets=budgets, sampling=eval_sampling, policy_version=policy_version,
-                          seed=seed + 7919, tokenizer_hashes=hashes)
+                          seed=seed + 7919, tokenizer_hashes=hashes, episodes=episodes)
         protocol = heldout_protocol(model=model, tokenizer_hashes=hashes, spec=spec, tasks=eval_tasks,
                                     sampling=eval_sampling, budgets=budgets, n=recipe.eval.samples,
                                     ks=recipe.eval.k, seed=seed + 7919)
@@ -214,7 +215,8 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
                 state = train_rl(model, tokenizer, engine, sampler, st.recipe, spec=spec, log=log_rl,
                                  on_eval=lambda s, v: evaluate(s, v, f"rl step {s}"), on_checkpoint=on_ckpt,
                                  store=run.store, tokenizer_hashes=hashes, progress=recipe.run.progress,
-                                 state=state, until=st.end, stage_index=st.index, reference=reference["model"])
+                                 state=state, until=st.end, stage_index=st.index, reference=reference["model"],
+                                 episodes=episodes)
             version, rl_steps_done, last_stage = state.policy_version, state.step, "rl"
     final = run.checkpoints / f"step_{rl_steps_done}"
     if not final.exists():
@@ -223,9 +225,24 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     result = RunResult(run.path, [e for e in evals if not e["after"].startswith("rl step")], time.time() - t_start)
     summary_path.write_text(json.dumps({"evals": evals, "wall_s": result.wall_s}, indent=2))
     _print_table(result, recipe)
+    if hasattr(episodes, "close"):
+        episodes.close()
+        (run.path / "gateway.json").write_text(json.dumps(episodes.totals, indent=2))
+        _say(f"gateway: {episodes.totals}")
     loggers.close()
     run.close()
     return result
+
+
+def gateway_rollout(recipe: Recipe, run_path: Path):
+    """`run_episodes`, or the gateway rollout of `recipe.gateway.agent` (its spans logged in the run directory)."""
+    if recipe.gateway.agent is None:
+        from tracerl.rollout import run_episodes
+
+        return run_episodes
+    from tracerl.serve.rollout import GatewayRollout
+
+    return GatewayRollout(recipe.gateway, span_log=run_path / "gateway_spans.jsonl")
 
 
 def _start_stage(st: RLStage, state: RLState, *, run: RunDir, engine: TorchEngine, spec, recipe: Recipe,
