@@ -84,26 +84,40 @@ class GatewayRollout:
         gw.set_policy_version(policy_version)
         gw.sampling_override = dict(sampling)
         gw.worker._gen.manual_seed(seed)
-        eids = []
-        for i, (task, gid) in enumerate(zip(tasks, group_ids)):
-            eid = f"{gid}.{i}.{uuid.uuid4().hex[:8]}"
+        eids = [f"{gid}.{i}.{uuid.uuid4().hex[:8]}" for i, gid in enumerate(group_ids)]
+
+        def play(task, gid, eid):
+            # the episode starts when its agent does, so waiting for a free thread never counts as idle
             r = self.http.post("/episodes", json={"episode_id": eid, "task_id": task.id, "group_id": gid,
                                                   "metadata": {"split": task.split, "task_source": task.source}})
             r.raise_for_status()
-            eids.append(eid)
+            try:
+                return {"task_id": task.id, "answer": str(self.agent(self.server.base_url, self.cfg.model_name,
+                                                                     str(task.prompt), eid) or "")}
+            except Exception as err:  # the agent failed: infra_failure, never a policy outcome
+                return {"error": f"{type(err).__name__}: {err}"}
+
         pool = cf.ThreadPoolExecutor(self.cfg.concurrency, thread_name_prefix="tracerl-agent")
-        futs = [pool.submit(self.agent, self.server.base_url, self.cfg.model_name, str(t.prompt), eid)
-                for t, eid in zip(tasks, eids)]
-        done, _ = cf.wait(futs, timeout=self.cfg.agent_timeout_s)
-        for task, eid, fut in zip(tasks, eids, futs):
-            if fut not in done:
+        futs = [pool.submit(play, t, g, e) for t, g, e in zip(tasks, group_ids, eids)]
+        done, _ = cf.wait(futs, timeout=self.cfg.agent_timeout_s * (1 + len(tasks) // self.cfg.concurrency))
+        for eid, fut in zip(eids, futs):
+            if fut not in done or fut.exception() is not None:
                 self.totals["abandoned"] += 1
-                gw.registry.abandon(eid, TerminalReason.WALL_TIMEOUT, f"the agent ran past {self.cfg.agent_timeout_s:g} s")
+                if fut not in done:
+                    fut.cancel()
+                try:
+                    gw.registry.get(eid)
+                except Exception:  # never started: record it, so it ends labelled like the others
+                    gw.registry.start(eid, task_id=next(t.id for t, e in zip(tasks, eids) if e == eid))
+                gw.registry.abandon(eid, TerminalReason.WALL_TIMEOUT, "the agent did not return in time")
                 continue
-            err = fut.exception()
-            body = {"error": f"{type(err).__name__}: {err}"} if err else {"task_id": task.id, "answer": str(fut.result() or "")}
-            self.totals["agent_errors"] += err is not None
-            self.http.post(f"/episodes/{eid}/finish", json=body).raise_for_status()
+            body = fut.result()
+            self.totals["agent_errors"] += "error" in body
+            r = self.http.post(f"/episodes/{eid}/finish", json=body)
+            if r.status_code == 409:  # it idled out meanwhile (the reaper ended it as wall_timeout)
+                self.totals["abandoned"] += 1
+            else:
+                r.raise_for_status()
         pool.shutdown(wait=False, cancel_futures=True)
         out = []
         for task, ep in zip(tasks, gw.registry.pop(eids)):
