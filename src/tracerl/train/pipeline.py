@@ -95,6 +95,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     torch.manual_seed(recipe.run.seed)
     _quiet_transformers()
     rl_state, stages = None, list(recipe.stages)
+    episodes = gateway_rollout(recipe)  # an external agent through the gateway (a bad agent fails here), else the agent loop
     if resume is not None:
         run = RunDir(resume)
         ckpt, saved, stages = _resume_point(run, recipe)
@@ -157,7 +158,8 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
 
     engine = TorchEngine(model, tokenizer)
     budgets = LoopBudgets.from_env(recipe.env)
-    episodes = gateway_rollout(recipe, run.path)  # an external agent through the gateway, else the agent loop
+    if hasattr(episodes, "span_log"):
+        episodes.span_log = run.path / "gateway_spans.jsonl"
     eval_tasks = heldout[: recipe.eval.tasks]
     eval_sampling = {"temperature": recipe.eval.temperature, "top_p": recipe.eval.top_p, "top_k": 0}
     summary_path = run.path / "summary.json"
@@ -234,15 +236,15 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     return result
 
 
-def gateway_rollout(recipe: Recipe, run_path: Path):
-    """`run_episodes`, or the gateway rollout of `recipe.gateway.agent` (its spans logged in the run directory)."""
+def gateway_rollout(recipe: Recipe):
+    """`run_episodes`, or the gateway rollout of `recipe.gateway.agent`."""
     if recipe.gateway.agent is None:
         from tracerl.rollout import run_episodes
 
         return run_episodes
     from tracerl.serve.rollout import GatewayRollout
 
-    return GatewayRollout(recipe.gateway, span_log=run_path / "gateway_spans.jsonl")
+    return GatewayRollout(recipe.gateway)
 
 
 def _start_stage(st: RLStage, state: RLState, *, run: RunDir, engine: TorchEngine, spec, recipe: Recipe,
