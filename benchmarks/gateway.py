@@ -4,7 +4,9 @@ behaviour with 8 concurrent agents (measured side by side in one process, so onl
     python benchmarks/gateway.py [--calls 40] [--new-tokens 24] [--agents 8] [--threads 1]
 
 1. sequential: the same seeded calls (same prompt, same seed, so the same tokens: equal work) made
-   `engine.generate` in-process, then `client.completions.create` through the gateway on 127.0.0.1;
+   with `engine.generate` in-process and with `client.completions.create` through the gateway on
+   127.0.0.1, interleaved call by call; then the same with one new token, where the HTTP, JSON and
+   rendering cost is most of the call;
 2. concurrent: `--agents` threads, each an agent making `--calls // 2` chat calls (no seed, so the
    gateway's worker batches them), against `--agents` rows generated in-process as one batch.
 """
@@ -73,14 +75,12 @@ def main() -> None:
     with ServerThread(gw) as srv, openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0, timeout=300) as client:
         client.completions.create(model="bench", prompt=prompts[0], max_tokens=T, seed=0)
 
-        inproc, tok_in = [], 0
-        for i in range(n):
+        inproc, served, tok_in, tok_gw = [], [], 0, 0
+        for i in range(n):  # interleaved, so a busy machine slows both sides alike
             t0 = time.perf_counter()
             s = engine.generate([prompts[i]], max_new_tokens=T, generator=torch.Generator().manual_seed(i), **kw)[0]
             inproc.append(time.perf_counter() - t0)
             tok_in += len(s.token_ids)
-        served, tok_gw = [], 0
-        for i in range(n):
             t0 = time.perf_counter()
             r = client.completions.create(model="bench", prompt=prompts[i], max_tokens=T, seed=i)
             served.append(time.perf_counter() - t0)
@@ -91,6 +91,18 @@ def main() -> None:
         print(f"  in-process engine   {1 / m_in:7.2f} calls/s   {1000 * m_in:7.1f} ms/call")
         print(f"  gateway (HTTP)      {1 / m_gw:7.2f} calls/s   {1000 * m_gw:7.1f} ms/call   "
               f"added {1000 * (m_gw - m_in):+.1f} ms/call ({m_gw / m_in:.2f}x)")
+
+        one_in, one_gw = [], []  # one new token: the HTTP + JSON + rendering cost stands out
+        for i in range(n):
+            t0 = time.perf_counter()
+            engine.generate([prompts[i]], max_new_tokens=1, generator=torch.Generator().manual_seed(i), **kw)
+            one_in.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            client.completions.create(model="bench", prompt=prompts[i], max_tokens=1, seed=i)
+            one_gw.append(time.perf_counter() - t0)
+        o_in, o_gw = statistics.median(one_in), statistics.median(one_gw)
+        print(f"  1-token calls (median, interleaved): in-process {1000 * o_in:.1f} ms, gateway {1000 * o_gw:.1f} ms, "
+              f"added {1000 * (o_gw - o_in):+.1f} ms/call")
 
         A, per = args.agents, max(1, n // 2)
         lat: list[float] = []

@@ -2,7 +2,8 @@
 
 A call with a `seed` runs alone under `torch.Generator().manual_seed(seed)`, so it samples exactly
 what `engine.generate([prompt], ..., generator=that generator)` samples in-process. Calls without one
-are batched (up to `max_batch`) and drawn from the worker's own seeded generator. The policy
+are batched (up to `max_batch`, gathering for `gather_s` after the first arrives) and drawn from the
+worker's own seeded generator. The policy
 version is read under the same lock that a weight update takes (`Gateway.set_policy_version`), so
 every sample is tagged with the weights that produced it.
 """
@@ -11,14 +12,15 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from concurrent.futures import Future
 
 import torch
 
 
 class EngineWorker:
-    def __init__(self, engine, *, max_batch: int = 16, seed: int = 0):
-        self.engine, self.max_batch = engine, max_batch
+    def __init__(self, engine, *, max_batch: int = 16, seed: int = 0, gather_s: float = 0.005):
+        self.engine, self.max_batch, self.gather_s = engine, max_batch, gather_s
         self.lock = threading.Lock()  # held while sampling; a weight update takes it too
         self.policy_version = 0
         self._gen = torch.Generator().manual_seed(seed)
@@ -56,11 +58,14 @@ class EngineWorker:
                 continue
             batch = [first]
             if first[0] is not None:  # gather what is waiting with the same settings
-                skipped = []
+                skipped, deadline = [], time.monotonic() + self.gather_s
                 while len(batch) < self.max_batch:
                     item = self._next(False)
-                    if item is None:
-                        break
+                    if item is None:  # wait a moment for the other agents' calls of this turn
+                        if time.monotonic() >= deadline:
+                            break
+                        time.sleep(0.0005)
+                        continue
                     (batch if item[0] == first[0] else skipped).append(item)
                 self._held = skipped + self._held
             self._run(batch)
