@@ -72,6 +72,7 @@ def build_trajectories(ep: Episode, *, env_name: str = "gateway", tokenizer_hash
                 for s, e, role in runs:
                     if role == TokenRole.OBSERVATION:
                         traj.add_span("observation", s, e, tool_name=",".join(call.tool_names) or None,
+                                      tool_status="ok" if call.tool_names else None,  # the agent sent a result back
                                       tool_response_sha256=hashlib.sha256(str(call.prompt_ids[s:e]).encode()).hexdigest())
             parent = turn_of.get(call.parent_span_id) if call.parent_span_id else None
             turn = traj.add_span("turn", new, len(traj) + len(call.completion_ids), parent_span_id=parent)

@@ -50,12 +50,20 @@ def program_to_expression(program: str) -> str:
 
 
 def generate(split: str = "train", n: int = 100, seed: int = 0, difficulty=(0.0, 1.0)) -> list[Task]:
-    out = []
-    for t in math_generate(split, n, seed, difficulty):
-        meta = {**t.metadata, "expression": program_to_expression(t.metadata["program"])}
-        out.append(Task(id=t.id.replace("math-", "calc-"), source="calc_json", source_revision=REVISION + "/" + t.source_revision,
-                        split=t.split, prompt=t.prompt, answer=t.answer, difficulty=t.difficulty, metadata=meta))
-    return out
+    """math_tool problems without "multiplied by" steps, so the expression is a left-to-right
+    transcription of the text (`23+4*17-5`) with no parenthesis to plan ahead."""
+    out, k = [], 0
+    while len(out) < n:
+        out += [t for t in math_generate(split, 2 * n + k, seed, difficulty) if "x*=" not in t.metadata["program"]]
+        out = list({t.id: t for t in out}.values())
+        k += n
+    return [_task(t) for t in out[:n]]
+
+
+def _task(t: Task) -> Task:
+    meta = {**t.metadata, "expression": program_to_expression(t.metadata["program"])}
+    return Task(id=t.id.replace("math-", "calc-"), source="calc_json", source_revision=REVISION + "/" + t.source_revision,
+                split=t.split, prompt=t.prompt, answer=t.answer, difficulty=t.difficulty, metadata=meta)
 
 
 def score(text: str, answer: str) -> dict[str, float]:
