@@ -111,13 +111,13 @@ def test_completion_calls_merge_when_the_prompt_extends(scripted, tiny):
 
 
 def test_an_abandoned_episode_ends_as_wall_timeout_and_a_failed_agent_as_infra_failure(scripted, tiny, tmp_path):
-    gw, srv, client = scripted(["<answer>1</answer>"] * 3, idle_timeout_s=0.3)
+    gw, srv, client = scripted(["<answer>1</answer>"] * 3, idle_timeout_s=3.0)
     idle = _start(srv, episode_id="idle-1")
     client.completions.create(model="tiny", prompt="Ann has", max_tokens=4, extra_headers={"X-Episode-Id": idle})
     failed = _start(srv)
     client.completions.create(model="tiny", prompt="Bo has", max_tokens=4, extra_headers={"X-Episode-Id": failed})
     assert _finish(srv, failed, error="agent raised KeyError")["terminal_reason"] == "infra_failure"
-    for _ in range(100):  # bounded: the reaper runs every 0.05 s, the episode idles out after 0.3 s
+    for _ in range(400):  # bounded (20 s): the reaper runs every 0.05 s, the episode idles out after 3 s
         if httpx.get(srv.base_url + f"/episodes/{idle}", timeout=30).json()["finished"]:
             break
         time.sleep(0.05)
