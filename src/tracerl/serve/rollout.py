@@ -87,15 +87,20 @@ class GatewayRollout:
         eids = [f"{gid}.{i}.{uuid.uuid4().hex[:8]}" for i, gid in enumerate(group_ids)]
 
         def play(task, gid, eid):
-            # the episode starts when its agent does, so waiting for a free thread never counts as idle
+            # the episode starts when its agent does and is finished as soon as it returns, so waiting
+            # for a free thread or for the other agents never counts as idle
             r = self.http.post("/episodes", json={"episode_id": eid, "task_id": task.id, "group_id": gid,
                                                   "metadata": {"split": task.split, "task_source": task.source}})
             r.raise_for_status()
             try:
-                return {"task_id": task.id, "answer": str(self.agent(self.server.base_url, self.cfg.model_name,
+                body = {"task_id": task.id, "answer": str(self.agent(self.server.base_url, self.cfg.model_name,
                                                                      str(task.prompt), eid) or "")}
             except Exception as err:  # the agent failed: infra_failure, never a policy outcome
-                return {"error": f"{type(err).__name__}: {err}"}
+                body = {"error": f"{type(err).__name__}: {err}"}
+            r = self.http.post(f"/episodes/{eid}/finish", json=body)
+            if r.status_code != 409:  # 409: it idled out meanwhile (the reaper ended it as wall_timeout)
+                r.raise_for_status()
+            return body, r.status_code
 
         pool = cf.ThreadPoolExecutor(self.cfg.concurrency, thread_name_prefix="tracerl-agent")
         futs = [pool.submit(play, t, g, e) for t, g, e in zip(tasks, group_ids, eids)]
@@ -111,13 +116,9 @@ class GatewayRollout:
                     gw.registry.start(eid, task_id=next(t.id for t, e in zip(tasks, eids) if e == eid))
                 gw.registry.abandon(eid, TerminalReason.WALL_TIMEOUT, "the agent did not return in time")
                 continue
-            body = fut.result()
+            body, status = fut.result()
             self.totals["agent_errors"] += "error" in body
-            r = self.http.post(f"/episodes/{eid}/finish", json=body)
-            if r.status_code == 409:  # it idled out meanwhile (the reaper ended it as wall_timeout)
-                self.totals["abandoned"] += 1
-            else:
-                r.raise_for_status()
+            self.totals["abandoned"] += status == 409
         pool.shutdown(wait=False, cancel_futures=True)
         out = []
         for task, ep in zip(tasks, gw.registry.pop(eids)):
