@@ -22,6 +22,7 @@ from tracerl.errors import UserError
 from tracerl.rl_config import RLConfig, RLStageConfig, _Cfg
 from tracerl.roles_config import RolesConfig
 from tracerl.envs_config import EnvEntry, MixtureConfig, check_envs
+from tracerl.serve.config import GatewayConfig
 from tracerl.faults import FaultsConfig
 from tracerl.sandbox.runtime import SandboxConfig
 from tracerl.sft_config import RejectionConfig, SFTConfig, check_sft_source  # noqa: F401  (re-exported)
@@ -181,6 +182,8 @@ class Recipe(_Cfg):
     (`tracerl.envs_config`); empty means the single `env:` environment."""
     mixture: MixtureConfig = Field(default_factory=MixtureConfig)
     """Per-environment reward normalisation and the per-domain regression gate (with `envs:` only)."""
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    """An external OpenAI-client agent trained through the in-process gateway (docs/gateway.md); off by default."""
 
     @model_validator(mode="after")
     def _stage_steps(self) -> Recipe:

@@ -46,7 +46,8 @@ class HeldoutResult:
 
 def run_heldout(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], *, samples: int, ks: list[int],
                 budgets: LoopBudgets, sampling: dict, policy_version: int, seed: int,
-                tokenizer_hashes: dict[str, str] | None = None, batch_episodes: int = 256) -> HeldoutResult:
+                tokenizer_hashes: dict[str, str] | None = None, batch_episodes: int = 256,
+                episodes=run_episodes) -> HeldoutResult:
     if any(t.split != "heldout" for t in tasks):
         raise ValueError("run_heldout takes held-out tasks only")
     t0 = time.time()
@@ -55,12 +56,13 @@ def run_heldout(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], *, sample
     trajs: list[Trajectory] = []
     for s in range(0, len(flat), batch_episodes):
         chunk = flat[s:s + batch_episodes]
-        trajs += run_episodes(engine, spec, [c[0] for c in chunk], [c[1] for c in chunk], budgets=budgets,
+        trajs += episodes(engine, spec, [c[0] for c in chunk], [c[1] for c in chunk], budgets=budgets,
                               sampling=sampling, policy_version=policy_version, seed=seed + s,
                               tokenizer_hashes=tokenizer_hashes, generator=gen)
     per_task: dict[str, list[bool]] = {}
     for tr in trajs:
-        per_task.setdefault(tr.task_id, []).append(is_success(tr))
+        if tr.verifier_output.get("segment", 0) == 0:  # a gateway episode split in several counts once
+            per_task.setdefault(tr.task_id, []).append(is_success(tr))
     n_ok = [sum(v) for v in per_task.values()]
     pass_at = {k: sum(pass_at_k(samples, c, k) for c in n_ok) / len(n_ok) for k in ks if k <= samples}
     n_calls = sum(len(tool_calls(tr)) for tr in trajs)

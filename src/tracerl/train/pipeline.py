@@ -63,6 +63,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     rl_state, stages, file_demos = None, list(recipe.stages), None
     configure_sandbox(recipe.sandbox)  # a runtime that cannot import its modules fails before anything is written
     grader = GraderRole.build(recipe.roles.grader) if "rl" in stages else None  # a bad judge fails before any write
+    episodes = gateway_rollout(recipe)  # an external agent through the gateway (a bad agent fails here), else the agent loop
     if resume is not None:
         run = RunDir(resume)
         ckpt, saved, stages = _resume_point(run, recipe)
@@ -132,6 +133,8 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     clean_engine = TorchEngine(model, tokenizer)
     engine = wrap_engine(clean_engine, recipe.faults)  # faults.engine_error: failing rows in training rollouts
     budgets = LoopBudgets.from_env(recipe.env)
+    if hasattr(episodes, "span_log"):
+        episodes.span_log = run.path / "gateway_spans.jsonl"
     eval_tasks = heldout[: recipe.eval.tasks]
     eval_sampling = {"temperature": recipe.eval.temperature, "top_p": recipe.eval.top_p, "top_k": 0}
     summary_path = run.path / "summary.json"
@@ -142,7 +145,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
 
     def evaluate(step: int, policy_version: int, label: str) -> dict[str, float]:
         frozen = dict(samples=recipe.eval.samples, ks=recipe.eval.k, budgets=budgets, sampling=eval_sampling,
-                      policy_version=policy_version, seed=seed + 7919, tokenizer_hashes=hashes)
+                      policy_version=policy_version, seed=seed + 7919, tokenizer_hashes=hashes, episodes=episodes)
         res = run_heldout(clean_engine, clean_spec, eval_tasks, **frozen)
         protocol = heldout_protocol(model=model, tokenizer_hashes=hashes, spec=spec, tasks=eval_tasks,
                                     sampling=eval_sampling, budgets=budgets, n=recipe.eval.samples,
@@ -191,7 +194,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
                                  on_eval=lambda s, v: evaluate(s, v, f"rl step {s}"), on_checkpoint=on_ckpt,
                                  store=run.store, tokenizer_hashes=hashes, progress=recipe.run.progress,
                                  state=state, until=st.end, stage_index=st.index, reference=reference["model"],
-                                 grader=grader)
+                                 grader=grader, episodes=episodes)
             version, rl_steps_done, last_stage = state.policy_version, state.step, "rl"
     final = run.checkpoints / f"step_{rl_steps_done}"
     if not final.exists():
@@ -200,9 +203,24 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     result = RunResult(run.path, [e for e in evals if not e["after"].startswith("rl step")], time.time() - t_start)
     summary_path.write_text(json.dumps({"evals": evals, "wall_s": result.wall_s}, indent=2))
     _print_table(result, recipe)
+    if hasattr(episodes, "close"):
+        episodes.close()
+        (run.path / "gateway.json").write_text(json.dumps(episodes.totals, indent=2))
+        _say(f"gateway: {episodes.totals}")
     loggers.close()
     run.close()
     return result
+
+
+def gateway_rollout(recipe: Recipe):
+    """`run_episodes`, or the gateway rollout of `recipe.gateway.agent`."""
+    if recipe.gateway.agent is None:
+        from tracerl.rollout import run_episodes
+
+        return run_episodes
+    from tracerl.serve.rollout import GatewayRollout
+
+    return GatewayRollout(recipe.gateway)
 
 
 def _start_stage(st: RLStage, state: RLState, *, run: RunDir, engine: TorchEngine, spec, recipe: Recipe,

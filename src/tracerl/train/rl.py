@@ -63,12 +63,14 @@ def _task_metrics(report, sampler, generated_tokens: int, stage_index: int) -> d
 def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Recipe, *, spec, log,
              on_eval: Callable[[int, int], dict[str, float]] | None, on_checkpoint: Callable[[int, RLState], None],
              store, tokenizer_hashes: dict[str, str], progress: bool = True, state: RLState | None = None,
-             until: int | None = None, stage_index: int = 0, reference=None, grader=None) -> RLState:
+             until: int | None = None, stage_index: int = 0, reference=None, grader=None,
+             episodes=run_episodes) -> RLState:
     """Run RL steps until global step `until` (default `rl.steps`) or the generated-token budget.
 
     `recipe` is the stage's recipe (`stages.rl_stages`); `sampler` draws its tasks and its state is
     saved in every checkpoint. `reference` is the frozen reference policy (used when the algorithm has a KL term);
     `grader` a `train.grading.GraderRole` (`roles.grader`) that grades each round of rollouts.
+    `episodes` plays the rollouts (`run_episodes`, or an external agent through the gateway: serve/rollout.py).
     """
     if recipe.rl.mode == "async":  # rollout workers beside the learner: train/async_loop.py
         from tracerl.train.async_loop import train_rl_async
@@ -124,7 +126,7 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
             batch = [t for t in tasks for _ in range(n_roll)]
             groups = [f"s{state.step}-p{i // n_roll}" + (f"-r{r}" if r else "") for i in range(len(batch))]
             play = spec.play if hasattr(spec, "play") else (  # EnvRouter (train/multienv.py): several environments
-                lambda eng, *a, **kw: run_episodes(eng, spec, *a, budgets=budgets, **kw))
+                lambda eng, *a, **kw: episodes(eng, spec, *a, budgets=budgets, **kw))
             trajs = play(engine, batch, groups, sampling=sampling, policy_version=state.policy_version,
                          seed=recipe.run.seed * 100003 + state.step + r * 7_000_003,
                          tokenizer_hashes=tokenizer_hashes, generator=gen, entropy_out=entropy)
@@ -133,8 +135,11 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
             generated.extend(trajs)
             state.generated_tokens += sum(t.num_action_tokens for t in trajs)
             out = []
+            by_group: dict[str, list[Trajectory]] = {}  # a gateway episode may split into several trajectories
+            for t in trajs:
+                by_group.setdefault(t.group_id, []).append(t)
             for i in range(len(tasks)):
-                group = trajs[i * n_roll:(i + 1) * n_roll]
+                group = by_group.get(groups[i * n_roll], [])
                 kept, rep = algo.select_group(group, G, astate.generator)
                 for k, v in rep.items():
                     selection[k] = selection.get(k, 0.0) + v

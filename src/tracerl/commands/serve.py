@@ -1,0 +1,76 @@
+"""`tracerl serve --model PATH`: an OpenAI-compatible gateway over the torch engine (docs/gateway.md).
+
+Every call is recorded as a span (`--spans FILE`, JSONL); episodes are started and finished over
+HTTP. With `--env NAME` the gateway knows that environment's generated tasks, so an episode can be
+finished with a task id whose verifier tracerl runs.
+"""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API that returns token ids and log-probs")
+    p.add_argument("--model", required=True, help="a local HF model directory, a checkpoint, or a model id in the HF cache")
+    p.add_argument("--name", default=None, help="the model id clients pass (default: the directory name)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=int, default=8000, help="port (0: a free one; default 8000)")
+    p.add_argument("--max-tokens", type=int, default=256, help="completion budget when a request names none")
+    p.add_argument("--stop", action="append", default=[], help="a stop string applied to every call (repeatable)")
+    p.add_argument("--env", default=None, help="an environment whose tasks episodes may be finished with (verifier)")
+    p.add_argument("--env-tasks", type=int, default=200, help="tasks of each split generated for --env (seed 0)")
+    p.add_argument("--episode-timeout", type=float, default=600.0,
+                   help="seconds an open episode may idle before it ends as wall_timeout")
+    p.add_argument("--spans", default=None, help="append every call and episode record to this JSONL file")
+    p.add_argument("--threads", type=int, default=2, help="torch threads")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from tracerl.errors import UserError
+
+    try:
+        import uvicorn  # noqa: F401
+        import fastapi  # noqa: F401
+    except ImportError:
+        raise UserError("tracerl serve needs fastapi and uvicorn; install them with pip install 'tracerl[serve]'") from None
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port {args.port} is not a port; give 0..65535 (0 picks a free one)")
+    import torch
+
+    from tracerl.models import load_model_and_tokenizer, tokenizer_hashes
+    from tracerl.rollout import TorchEngine
+    from tracerl.serve import EnvVerifier, EpisodeRegistry, Gateway
+    from tracerl.serve.server import ServerThread
+
+    torch.set_num_threads(args.threads)
+    model, tok = load_model_and_tokenizer(args.model)
+    verifier, stops, env_name = None, list(args.stop), "gateway"
+    if args.env:
+        from tracerl.envs import get_env
+
+        spec = get_env(args.env)
+        tasks = spec.generate("train", args.env_tasks, 0) + spec.generate("heldout", args.env_tasks, 0)
+        verifier, env_name = EnvVerifier(spec, tasks), spec.name
+        stops = list(dict.fromkeys([*spec.stop_strings, *stops]))
+    registry = EpisodeRegistry(verifier=verifier, idle_timeout_s=args.episode_timeout, span_log=args.spans,
+                               env_name=env_name, tokenizer_hashes=tokenizer_hashes(tok))
+    name = args.name or Path(str(args.model).rstrip("/")).name
+    gw = Gateway(TorchEngine(model, tok), model_name=name, registry=registry, default_max_tokens=args.max_tokens,
+                 stop_strings=tuple(stops))
+    srv = ServerThread(gw, host=args.host, port=args.port)
+    try:
+        srv.start()
+    except (RuntimeError, OSError) as err:
+        raise UserError(f"could not listen on {args.host}:{args.port} ({err}); pick another --port") from None
+    print(f"tracerl serve: model {name!r} at {srv.base_url} (policy version {gw.policy_version}); Ctrl-C stops", flush=True)
+    try:
+        srv._thread.join()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.stop()
+        gw.close()
+        print(f"tracerl serve: stopped; {registry.stats()}", flush=True)
+    return 0

@@ -1,0 +1,77 @@
+"""The HTTP surface (FastAPI): the OpenAI routes and the episode routes, errors in OpenAI's shape.
+
+Routes: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions`; `POST /v1/episodes`
+(start), `GET /v1/episodes/{id}`, `POST /v1/episodes/{id}/finish` (a reward, a task id or an error),
+`GET /v1/episodes/{id}/trajectories`; `GET /health`. Handlers are plain functions, so FastAPI runs
+them on its thread pool and the engine worker batches whatever arrives together.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tracerl.contract import to_dict
+from tracerl.serve.errors import APIError, validation_message
+from tracerl.serve.gateway import Gateway
+from tracerl.serve.schemas import ChatRequest, CompletionRequest, EpisodeFinish, EpisodeStart
+
+
+def build_app(gateway: Gateway) -> FastAPI:
+    app = FastAPI(title="tracerl gateway", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.gateway = gateway
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, err: APIError):
+        return JSONResponse(err.body(), status_code=err.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, err: RequestValidationError):
+        message, param = validation_message(list(err.errors()))
+        return JSONResponse(APIError(400, message, param=param).body(), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, err: StarletteHTTPException):
+        message = (f"no route {request.method} {request.url.path}; see GET /v1/models, POST /v1/chat/completions, "
+                   "POST /v1/completions and /v1/episodes") if err.status_code in (404, 405) else str(err.detail)
+        return JSONResponse(APIError(err.status_code, message).body(), status_code=err.status_code)
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok", "policy_version": gateway.policy_version, **gateway.registry.stats()}
+
+    @app.get("/v1/models")
+    def models() -> dict:
+        return gateway.models()
+
+    @app.post("/v1/chat/completions")
+    def chat(body: ChatRequest, request: Request) -> dict:
+        return gateway.chat(body, request.headers)
+
+    @app.post("/v1/completions")
+    def completions(body: CompletionRequest, request: Request) -> dict:
+        return gateway.completion(body, request.headers)
+
+    @app.post("/v1/episodes")
+    def start(body: EpisodeStart) -> dict:
+        ep = gateway.registry.start(body.episode_id, task_id=body.task_id, group_id=body.group_id, metadata=body.metadata)
+        return ep.summary()
+
+    @app.get("/v1/episodes/{episode_id}")
+    def show(episode_id: str) -> dict:
+        return gateway.registry.get(episode_id).summary()
+
+    @app.post("/v1/episodes/{episode_id}/finish")
+    def finish(episode_id: str, body: EpisodeFinish) -> dict:
+        ep = gateway.registry.finish(episode_id, reward=body.reward, task_id=body.task_id, answer=body.answer,
+                                     error=body.error)
+        return ep.summary()
+
+    @app.get("/v1/episodes/{episode_id}/trajectories")
+    def trajectories(episode_id: str) -> dict:
+        ep = gateway.registry.get(episode_id)
+        return {**ep.summary(), "data": [to_dict(t) for t in ep.trajectories]}
+
+    return app

@@ -1,0 +1,89 @@
+"""One thread owns the engine: concurrent calls with the same sampling settings share a batch.
+
+A call with a `seed` runs alone under `torch.Generator().manual_seed(seed)`, so it samples exactly
+what `engine.generate([prompt], ..., generator=that generator)` samples in-process. Calls without one
+are batched (up to `max_batch`, gathering for `gather_s` after the first arrives) and drawn from the
+worker's own seeded generator. The policy
+version is read under the same lock that a weight update takes (`Gateway.set_policy_version`), so
+every sample is tagged with the weights that produced it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future
+
+import torch
+
+
+class EngineWorker:
+    def __init__(self, engine, *, max_batch: int = 16, seed: int = 0, gather_s: float = 0.005):
+        self.engine, self.max_batch, self.gather_s = engine, max_batch, gather_s
+        self.lock = threading.Lock()  # held while sampling; a weight update takes it too
+        self.policy_version = 0
+        self._gen = torch.Generator().manual_seed(seed)
+        self._q: queue.Queue = queue.Queue()
+        self._held: list = []
+        self._stop = False
+        self.batches = self.rows = 0
+        self._thread = threading.Thread(target=self._loop, name="tracerl-serve-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, prompt: list[int], budget: int, sampling: dict, stops: tuple[str, ...], seed: int | None):
+        """Blocks until sampled; returns (Sample, policy version)."""
+        fut: Future = Future()
+        key = None if seed is not None else (sampling["temperature"], sampling["top_p"], sampling["top_k"], stops)
+        self._q.put((key, prompt, budget, sampling, stops, seed, fut))
+        return fut.result()
+
+    def close(self) -> None:
+        self._stop = True
+        self._q.put(None)
+        self._thread.join(timeout=10)
+
+    def _next(self, block: bool):
+        if self._held:
+            return self._held.pop(0)
+        try:
+            return self._q.get(block=block, timeout=0.5 if block else None)
+        except queue.Empty:
+            return None
+
+    def _loop(self) -> None:
+        while not self._stop:
+            first = self._next(True)
+            if first is None:
+                continue
+            batch = [first]
+            if first[0] is not None:  # gather what is waiting with the same settings
+                skipped, deadline = [], time.monotonic() + self.gather_s
+                while len(batch) < self.max_batch:
+                    item = self._next(False)
+                    if item is None:  # wait a moment for the other agents' calls of this turn
+                        if time.monotonic() >= deadline:
+                            break
+                        time.sleep(0.0005)
+                        continue
+                    (batch if item[0] == first[0] else skipped).append(item)
+                self._held = skipped + self._held
+            self._run(batch)
+
+    def _run(self, batch: list) -> None:
+        _, _, _, sampling, stops, seed, _ = batch[0]
+        gen = torch.Generator().manual_seed(seed) if seed is not None else self._gen
+        try:
+            with self.lock:
+                version = self.policy_version
+                samples = self.engine.generate([b[1] for b in batch], max_new_tokens=[b[2] for b in batch],
+                                               stop_strings=stops, stop_token_ids=[self.engine.tokenizer.eos_token_id],
+                                               generator=gen, **sampling)
+            self.batches += 1
+            self.rows += len(batch)
+            for b, s in zip(batch, samples):
+                b[6].set_result((s, version))
+        except Exception as err:  # the engine failed: every caller of this batch gets the error
+            for b in batch:
+                if not b[6].done():
+                    b[6].set_exception(err)

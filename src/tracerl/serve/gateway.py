@@ -1,0 +1,191 @@
+"""The gateway: OpenAI chat and completion calls served by a tracerl engine, each recorded as a span.
+
+Responses carry the vLLM-style extensions a trainer needs: `prompt_token_ids` (the ids the engine
+saw), per choice `token_ids` (the ids it sampled) and, when asked, per-token log-probs under the
+distribution actually sampled from; plus `tracerl: {span_id, episode_id, parent_span_id,
+policy_version, extends_span}`. A call names its episode with the `X-Episode-Id` header or
+`metadata.episode_id`, its parent span with `X-Parent-Span-Id` or `metadata.parent_span_id`.
+
+Every check (model, parameters, episode, context length) runs before anything is sampled or
+recorded, so a bad request changes nothing an episode holds.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+
+from tracerl.contract.roles import TokenRole
+from tracerl.serve.batcher import EngineWorker
+from tracerl.serve.chat import canonical, extend, render_full, reply_canonical, reply_message
+from tracerl.serve.episodes import EpisodeRegistry
+from tracerl.serve.errors import APIError, bad_request, not_found
+from tracerl.serve.records import CallRecord
+from tracerl.serve.schemas import ChatRequest, CompletionRequest
+
+
+def _context_limit(engine) -> int:
+    config = getattr(engine.model, "config", None)
+    return int(getattr(config, "max_position_embeddings", 0) or 1 << 20)
+
+
+class Gateway:
+    def __init__(self, engine, *, model_name: str = "tracerl", registry: EpisodeRegistry | None = None,
+                 max_context: int | None = None, default_max_tokens: int = 256, stop_strings: tuple[str, ...] = (),
+                 sampling_override: dict | None = None, max_batch: int = 16, seed: int = 0):
+        self.engine, self.tokenizer, self.model_name = engine, engine.tokenizer, model_name
+        self.registry = registry or EpisodeRegistry()
+        self.max_context = max_context or _context_limit(engine)
+        self.default_max_tokens, self.stop_strings = default_max_tokens, tuple(stop_strings)
+        self.sampling_override = sampling_override  # a trainer pins the sampling its learner scores under
+        self.worker = EngineWorker(engine, max_batch=max_batch, seed=seed)
+        self._sampled_text: dict[str, str] = {}  # tool call id -> the text the model sampled for it
+        self.created = int(time.time())
+
+    # -- weights ---------------------------------------------------------------------------------
+    @property
+    def policy_version(self) -> int:
+        return self.worker.policy_version
+
+    def set_policy_version(self, version: int) -> None:
+        """Tag later samples with `version`; waits for the batch in flight (weights change between batches)."""
+        with self.worker.lock:
+            self.worker.policy_version = int(version)
+
+    def close(self) -> None:
+        self.worker.close()
+        self.registry.close()
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": self.created,
+                                            "owned_by": "tracerl", "policy_version": self.policy_version,
+                                            "max_model_len": self.max_context}]}
+
+    # -- calls -----------------------------------------------------------------------------------
+    def chat(self, req: ChatRequest, headers: Mapping[str, str]) -> dict:
+        episode, parent = self._checks(req, headers)
+        canon = [canonical(m) for m in req.messages]
+        ext, prompt, tools_used = None, None, []
+        if episode is not None:
+            for prev in reversed(episode.calls):
+                ext = prev.kind == "chat" and extend(self.tokenizer, prev, canon, req.messages)
+                if ext:
+                    prompt, roles, tools_used = ext
+                    ext = prev.span_id
+                    break
+        if prompt is None:
+            prompt, roles = render_full(self.tokenizer, req.messages, req.tools, self._sampled_text)
+            ext = None
+        span_id = uuid.uuid4().hex[:12]
+        call = self._sample("chat", req, prompt, roles, req.budget(), episode, parent, span_id)
+        message, is_call = reply_message(call.text, span_id, bool(req.tools))
+        for tc in message.get("tool_calls") or []:
+            self._sampled_text[tc["id"]] = call.text
+        call.messages, call.reply, call.tool_names, call.extends_span = canon, reply_canonical(message), tools_used, ext
+        if is_call and call.finish_reason == "stop":
+            call.finish_reason = "tool_calls"
+        self.registry.record(call)
+        choice = {"index": 0, "message": message, "finish_reason": call.finish_reason, "token_ids": call.completion_ids,
+                  "logprobs": {"content": self._logprob_entries(call)} if req.logprobs else None}
+        return self._response("chat.completion", call, choice)
+
+    def completion(self, req: CompletionRequest, headers: Mapping[str, str]) -> dict:
+        if req.echo:
+            raise bad_request("'echo' is not supported; the prompt's ids are returned as 'prompt_token_ids'", param="echo")
+        episode, parent = self._checks(req, headers)
+        p = req.prompt
+        if isinstance(p, list) and p and isinstance(p[0], (list, str)):
+            if len(p) != 1:
+                raise bad_request("send one prompt per request (a batch of prompts is not supported)", param="prompt")
+            p = p[0]
+        if isinstance(p, str):
+            prompt = list(self.tokenizer(p, add_special_tokens=False)["input_ids"])
+        else:
+            prompt = [int(t) for t in p]
+            vocab = len(self.tokenizer)
+            if any(t < 0 or t >= vocab for t in prompt):
+                raise bad_request(f"prompt token ids must lie in [0, {vocab}); this model's vocabulary has {vocab} tokens",
+                                  param="prompt")
+        if not prompt:
+            raise bad_request("the prompt is empty; send at least one token", param="prompt")
+        roles = [TokenRole.PROMPT] * len(prompt)
+        call = self._sample("completion", req, prompt, roles, req.budget(), episode, parent, uuid.uuid4().hex[:12])
+        if episode is not None and episode.calls:
+            last = episode.calls[-1]
+            if prompt[:len(last.prompt_ids) + len(last.completion_ids)] == last.prompt_ids + last.completion_ids:
+                call.extends_span = last.span_id
+                n = len(last.prompt_ids) + len(last.completion_ids)
+                call.prompt_roles = roles[:n] + [TokenRole.OBSERVATION] * (len(prompt) - n)  # what came back to the agent
+        self.registry.record(call)
+        lp = None
+        if req.logprobs is not None:
+            toks = [self.tokenizer.decode([t]) for t in call.completion_ids]
+            offsets, pos = [], 0
+            for t in toks:
+                offsets.append(pos)
+                pos += len(t)
+            lp = {"tokens": toks, "token_logprobs": call.logprobs, "text_offset": offsets, "top_logprobs": None}
+        choice = {"index": 0, "text": call.text, "finish_reason": call.finish_reason, "token_ids": call.completion_ids,
+                  "logprobs": lp}
+        return self._response("text_completion", call, choice)
+
+    # -- shared ----------------------------------------------------------------------------------
+    def _checks(self, req, headers: Mapping[str, str]):
+        if req.model != self.model_name:
+            raise not_found(f"the model {req.model!r} does not exist; this gateway serves {self.model_name!r} "
+                            "(GET /v1/models)", param="model", code="model_not_found")
+        if req.stream:
+            raise bad_request("streaming is not supported; send the request with stream=false", param="stream")
+        if req.n != 1:
+            raise bad_request("only n=1 is supported; send one request per sample", param="n")
+        meta = req.metadata or {}
+        eid = headers.get("x-episode-id") or meta.get("episode_id")
+        parent = headers.get("x-parent-span-id") or meta.get("parent_span_id")
+        episode = self.registry.open_episode(str(eid)) if eid else None
+        return episode, (str(parent) if parent else None)
+
+    def _sample(self, kind, req, prompt, roles, budget, episode, parent, span_id) -> CallRecord:
+        room = self.max_context - len(prompt)
+        if room <= 0 or (budget is not None and budget > room):
+            want = budget or 1
+            raise bad_request(f"this model's context is {self.max_context} tokens, but the prompt has {len(prompt)} "
+                              f"and {want} more were requested; shorten the messages or lower max_tokens",
+                              param="max_tokens" if room > 0 else "messages", code="context_length_exceeded")
+        budget = budget or min(self.default_max_tokens, room)
+        sampling = {"temperature": 1.0 if req.temperature is None else req.temperature,
+                    "top_p": 1.0 if req.top_p is None else req.top_p, "top_k": req.top_k or 0}
+        if self.sampling_override:
+            sampling = {**sampling, **self.sampling_override}
+        stops = tuple(dict.fromkeys([*self.stop_strings, *req.stops()]))
+        t0 = time.time()
+        try:
+            sample, version = self.worker.submit(prompt, budget, sampling, stops, req.seed)
+        except APIError:
+            raise
+        except Exception as err:
+            raise APIError(500, f"the engine failed on this call ({type(err).__name__}: {str(err)[:200]}); "
+                           "nothing was recorded, retry the call", type="server_error", code="engine_error") from None
+        return CallRecord(span_id=span_id, kind=kind, episode_id=episode.episode_id if episode else None,
+                          parent_span_id=parent, model=req.model, prompt_ids=list(prompt), prompt_roles=list(roles),
+                          completion_ids=list(sample.token_ids), logprobs=list(sample.logprobs),
+                          finish_reason=sample.finish, policy_version=version,
+                          sampling={**sampling, "seed": req.seed, "max_tokens": budget, "stop": list(stops)},
+                          started=t0, latency_s=time.time() - t0, entropies=list(sample.entropies),
+                          text=self.tokenizer.decode(sample.token_ids, skip_special_tokens=True))
+
+    def _logprob_entries(self, call: CallRecord) -> list[dict]:
+        out = []
+        for t, lp in zip(call.completion_ids, call.logprobs):
+            piece = self.tokenizer.decode([t])
+            out.append({"token": piece, "logprob": lp, "bytes": list(piece.encode()), "top_logprobs": []})
+        return out
+
+    def _response(self, obj: str, call: CallRecord, choice: dict) -> dict:
+        return {"id": ("chatcmpl-" if obj == "chat.completion" else "cmpl-") + call.span_id, "object": obj,
+                "created": int(call.started), "model": self.model_name, "choices": [choice],
+                "usage": {"prompt_tokens": len(call.prompt_ids), "completion_tokens": len(call.completion_ids),
+                          "total_tokens": len(call.prompt_ids) + len(call.completion_ids)},
+                "prompt_token_ids": call.prompt_ids,
+                "tracerl": {"span_id": call.span_id, "episode_id": call.episode_id, "parent_span_id": call.parent_span_id,
+                            "policy_version": call.policy_version, "extends_span": call.extends_span}}
