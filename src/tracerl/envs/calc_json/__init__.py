@@ -19,7 +19,9 @@ import re
 from tracerl.contract.roles import TerminalReason
 from tracerl.envs.base import EnvSpec, Message, Step, register_env
 from tracerl.envs.json_tools import TAGS, format_tool_call, format_tool_result, parse_tool_calls, tools_system_prompt
-from tracerl.envs.math_tool.env import check_answer
+from tracerl.envs._audit import register as register_audit_set
+from tracerl.envs._verify import grade
+from tracerl.envs.calc_json.verifier import NAME as VERIFIER, score
 from tracerl.envs.math_tool.generator import generate as math_generate
 from tracerl.envs.reasoning_gym.families import calc
 from tracerl.tasks.task import Task
@@ -31,7 +33,6 @@ CALCULATOR = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
 TOOLS = [CALCULATOR]
 SYSTEM = tools_system_prompt(INSTRUCTIONS, TOOLS)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def program_to_expression(program: str) -> str:
@@ -66,13 +67,6 @@ def _task(t: Task) -> Task:
                 split=t.split, prompt=t.prompt, answer=t.answer, difficulty=t.difficulty, metadata=meta)
 
 
-def score(text: str, answer: str) -> dict[str, float]:
-    m = _ANSWER.search(text)
-    if not m:
-        return {"correct": 0.0, "format": 0.0}
-    return {"correct": check_answer(m.group(1), answer), "format": 1.0}
-
-
 class CalcJsonEnv:
     name = "calc_json"
     revision = REVISION
@@ -95,8 +89,8 @@ class CalcJsonEnv:
             return Step(observation=format_tool_result(f"invalid_action: {turn.error}"),
                         info={"invalid_action": True, "reason": turn.error})
         if not turn.calls:  # no tool call: the final answer
-            return Step(terminated=True, terminal_reason=TerminalReason.EOS,
-                        reward_components=score(action_text, self.task.answer), info={"answer": turn.content})
+            comps, info = grade(VERIFIER, self.task, action_text)
+            return Step(terminated=True, terminal_reason=TerminalReason.EOS, reward_components=comps, info=info)
         call = turn.calls[0]
         if call.name != "calculator" or not isinstance(call.arguments.get("expression"), str):
             why = 'call the "calculator" tool with a string "expression"'
@@ -130,6 +124,16 @@ SPEC = register_env(EnvSpec(
     reward_weights={"correct": 1.0, "format": 0.0}, stop_strings=("</tool_call>", "</answer>"),
     special_tokens=(*TAGS, "<answer>", "</answer>"), tools=("calculator",),
     description="Arithmetic word problems with a calculator called through JSON tool calls (the gateway agent's env).",
+    verifier=VERIFIER,
 ))
+
+
+def _audit_cases() -> list[dict]:
+    from tracerl.envs.calc_json.audit import audit_cases
+
+    return audit_cases()
+
+
+audit = register_audit_set(SPEC, _audit_cases)
 
 __all__ = ["CALCULATOR", "SPEC", "SYSTEM", "TOOLS", "CalcJsonEnv", "calculator", "expert", "generate", "score"]
