@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.envs._verify import declared_verifier
 from tracerl.serve.errors import bad_request, conflict, not_found
 from tracerl.serve.records import CallRecord, Episode
 from tracerl.serve.trajectories import build_trajectories
@@ -33,7 +34,7 @@ class EnvVerifier:
 
     def __init__(self, spec, tasks):
         self.spec, self.tasks = spec, {t.id: t for t in tasks}
-        self.name, self.revision = f"{spec.name}.verify", spec.revision
+        self.name, self.revision = declared_verifier(spec)  # the registered verifier the env's step runs
 
     def add(self, tasks) -> None:
         self.tasks.update({t.id: t for t in tasks})
