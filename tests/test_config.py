@@ -63,3 +63,13 @@ def test_every_field_has_a_description():
                 walk(ann)
 
     walk(Recipe)
+
+
+@pytest.mark.parametrize("recipe, overrides, words", [
+    ("smoke", ["rl.mode=async", "gateway.agent=examples/gateway_agent/agent.py:run"], "gateway.agent does not run under it"),
+    ("multi_env", ["rl.mode=async"], "envs: does not run under it"),
+    ("multi_env", ["gateway.agent=examples/gateway_agent/agent.py:run"], "gateway.agent plays one environment"),
+])
+def test_features_that_do_not_combine_yet_are_refused_at_load(recipe, overrides, words):
+    with pytest.raises(UserError, match=words):
+        load_recipe(recipe, overrides)

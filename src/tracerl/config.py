@@ -198,6 +198,12 @@ class Recipe(_Cfg):
             raise ValueError("eval.slices lists faults but no fault rate is set; set e.g. faults.tool_crash=0.1 or drop the slice")
         if self.rl.mode == "async" and self.tasks.sampler.kind == "dynamic":
             raise ValueError("rl.mode: async forms fixed-size batches; it does not combine with tasks.sampler.kind: dynamic")
+        if self.gateway.agent and self.envs:
+            raise ValueError("gateway.agent plays one environment (env.name); remove envs: or gateway.agent")
+        if self.rl.mode == "async" and (self.gateway.agent or self.envs):
+            what = "gateway.agent" if self.gateway.agent else "envs:"
+            raise ValueError(f"rl.mode: async rollout workers play the single env: environment in-process; "
+                             f"{what} does not run under it yet; use rl.mode: sync")
         if self.rl.mode == "async" and self.roles.grader is not None:
             raise ValueError("roles.grader does not run in rl.mode: async yet (its rollouts are graded in the sync loop); "
                              "use rl.mode: sync")
