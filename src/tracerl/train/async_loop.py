@@ -25,22 +25,19 @@ import time
 from tqdm import tqdm
 
 from tracerl.algorithms.batch import collate
-from tracerl.algorithms.spec import AlgorithmState, StepContext
+from tracerl.algorithms.spec import StepContext
 from tracerl.algorithms.spec.terms import Decoupled
 from tracerl.config import Recipe
 from tracerl.contract.serialize import from_dict, to_dict
-from tracerl.rollout import LoopBudgets
 from tracerl.rollout.worker_pool import WorkerPool
 from tracerl.rollout.workers import ProcessWorker, RolloutJob, RolloutResult, SpecRef, WorkerSettings, weights_blob
 from tracerl.store.credit import per_trajectory, record_credit
 from tracerl.tasks import next_groups
-from tracerl.telemetry import GateMonitor, GateTripped, step_metrics
+from tracerl.telemetry import GateTripped, step_metrics
 from tracerl.telemetry import async_metrics as am
-from tracerl.telemetry.exploration import tag_classifier, tokenizer_pieces
-from tracerl.train.audits import AuditReplay, ProbeReplay
-from tracerl.train.aux_roles import AUX_ROLES, build_aux_roles
-from tracerl.train.roles import FrozenRole, PolicyRole, Roles
+from tracerl.train.roles import Roles
 from tracerl.train.staleness import StalenessGate, lag
+from tracerl.train.learner import build_learner
 from tracerl.train.update import rl_update
 
 
@@ -92,22 +89,10 @@ def train_rl_async(model, tokenizer, engine, sampler, recipe: Recipe, *, spec, l
     algo = async_algorithm(cfg.algorithm)
     until = cfg.steps if until is None else until
     sampling = recipe.sampling.model_dump()
-    roles = Roles(PolicyRole(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=sampling,
-                             state=(state.roles_state or {}).get("policy")),
-                  FrozenRole(reference, temperature=recipe.sampling.temperature) if reference is not None else None,
-                  build_aux_roles(recipe, model, state.roles_state, tokenizer))
-    missing = algo.roles() - {"policy", *AUX_ROLES} - ({"reference"} if reference is not None else set())
-    if missing:
-        raise ValueError(f"algorithm {algo.name!r} needs the {', '.join(sorted(missing))} role(s), which the trainer did not get")
-    astate = AlgorithmState(algo, seed=recipe.run.seed * 7_919 + stage_index)
-    if state.algorithm_state:
-        astate.load_state_dict(state.algorithm_state)
-    budgets = LoopBudgets.from_env(recipe.env)
-    gates = GateMonitor(recipe.gates)
-    if state.gate_state:
-        gates.load_state_dict(state.gate_state)
-    audits, probe = AuditReplay.for_run(spec, recipe.gates), ProbeReplay.for_run(recipe.gates)
-    classify = tag_classifier(tokenizer_pieces(tokenizer))
+    ln = build_learner(recipe, algo, model, tokenizer, spec=spec, state=state, reference=reference,
+                       stage_index=stage_index)
+    roles, astate, budgets, gates, audits, probe, classify = (ln.roles, ln.astate, ln.budgets, ln.gates, ln.audits,
+                                                              ln.probe, ln.classify)
     G, P = cfg.group_size, cfg.prompts_per_step
     n_roll = algo.rollouts_per_task(G)
     gate = StalenessGate(cfg.max_staleness)

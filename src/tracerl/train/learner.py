@@ -1,0 +1,45 @@
+"""What the sync and async RL loops set up alike before their first step: the model roles, the
+algorithm's state, the budgets, gates, audit and probe replays, and the token classifier — each
+restored from the `RLState` of a resumed run."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tracerl.algorithms.spec import AlgorithmState
+from tracerl.rollout import LoopBudgets
+from tracerl.telemetry import GateMonitor
+from tracerl.telemetry.exploration import tag_classifier, tokenizer_pieces
+from tracerl.train.audits import AuditReplay, ProbeReplay
+from tracerl.train.aux_roles import AUX_ROLES, build_aux_roles
+from tracerl.train.roles import FrozenRole, PolicyRole, Roles
+
+
+@dataclasses.dataclass
+class Learner:
+    roles: Roles
+    astate: AlgorithmState
+    budgets: LoopBudgets
+    gates: GateMonitor
+    audits: AuditReplay
+    probe: ProbeReplay
+    classify: object
+
+
+def build_learner(recipe, algo, model, tokenizer, *, spec, state, reference, stage_index: int) -> Learner:
+    cfg = recipe.rl
+    roles = Roles(PolicyRole(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=recipe.sampling.model_dump(),
+                             state=(state.roles_state or {}).get("policy")),
+                  FrozenRole(reference, temperature=recipe.sampling.temperature) if reference is not None else None,
+                  build_aux_roles(recipe, model, state.roles_state, tokenizer))
+    missing = algo.roles() - {"policy", *AUX_ROLES} - ({"reference"} if reference is not None else set())
+    if missing:
+        raise ValueError(f"algorithm {algo.name!r} needs the {', '.join(sorted(missing))} role(s), which the trainer did not get")
+    astate = AlgorithmState(algo, seed=recipe.run.seed * 7_919 + stage_index)
+    if state.algorithm_state:
+        astate.load_state_dict(state.algorithm_state)
+    gates = GateMonitor(recipe.gates)
+    if state.gate_state:
+        gates.load_state_dict(state.gate_state)
+    return Learner(roles, astate, LoopBudgets.from_env(recipe.env), gates, AuditReplay.for_run(spec, recipe.gates),
+                   ProbeReplay.for_run(recipe.gates), tag_classifier(tokenizer_pieces(tokenizer)))
