@@ -145,7 +145,7 @@ def test_a_killed_worker_is_replaced_and_calls_in_flight_end_as_crash():
     import os
     import signal
 
-    with Sandbox(limits=SMALL) as s:
+    with Sandbox(limits=SMALL, crash_retries=0) as s:
         s.run("pass")
         first = s.worker_pid()
         results = []
@@ -157,7 +157,29 @@ def test_a_killed_worker_is_replaced_and_calls_in_flight_end_as_crash():
         t.join()
         assert results[0].status == "crash"
         again = s.run("print('fresh')")
-        assert again.stdout == "fresh\n" and s.worker_pid() != first
+        assert again.stdout == "fresh\n" and s.worker_pid() != first and again.attempts == 1
+
+
+def test_a_call_whose_worker_died_is_retried_on_a_fresh_one():
+    """With the default `crash_retries=1` the call in flight when its worker is killed is started
+    again on a new worker: the caller sees the program's own outcome, with `attempts == 2`."""
+    import os
+    import signal
+    import time
+
+    with Sandbox(limits=SMALL) as s:
+        s.run("pass")
+        first = s.worker_pid()
+        results = []
+        t = threading.Thread(target=lambda: results.append(s.run("import time\ntime.sleep(0.8)\nprint('done')")))
+        t.start()
+        time.sleep(0.3)
+        os.killpg(first, signal.SIGKILL)
+        t.join()
+        assert results[0].status == "ok" and results[0].stdout == "done\n" and results[0].attempts == 2
+        assert s.worker_pid() != first
+    with pytest.raises(UserError, match="crash_retries"):
+        Sandbox(crash_retries=-1)
 
 
 def test_a_forked_host_gets_its_own_worker():
@@ -184,7 +206,7 @@ def test_a_wedged_worker_is_replaced_after_the_host_grace():
 
     from sandbox_helpers import descendants
 
-    with Sandbox(limits=SMALL) as s:
+    with Sandbox(limits=SMALL, crash_retries=0) as s:
         s.run("pass")
         first = s.worker_pid()
         for pid in descendants(first):

@@ -65,7 +65,7 @@ def run_shell(cmd: str, files: dict[str, str], *, sandbox=None, limits: Limits =
     except Exception as err:  # the sandbox itself failed: never a policy outcome
         return ShellResult("crash", None, "", repr(err)[:200], None)
     if res.status == "crash":
-        return ShellResult("crash", None, "", (res.stderr or "")[-200:], None)
+        return ShellResult("crash", None, "", (res.reason or res.stderr or "")[-200:], None)
     for line in reversed(res.stdout.splitlines()):
         if line.startswith(nonce):
             try:

@@ -42,6 +42,24 @@ def available() -> tuple[bool, str]:
     return True, ""
 
 
+def oom_floor_pinned() -> tuple[bool, str]:
+    """Whether a program's OOM score is pinned at the maximum. The kernel lets an unprivileged
+    process lower its `oom_score_adj` down to the floor set by the last *privileged* write
+    (CAP_SYS_RESOURCE); the worker's root launcher writes 1000, so where the host holds that
+    capability a program cannot lower its score. A container's root often lacks it."""
+    if os.geteuid() != 0:
+        return False, "OOM score not pinned: the host is not root, so programs may lower their score"
+    try:
+        with open("/proc/self/status") as f:
+            caps = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    except (OSError, StopIteration, ValueError):
+        return False, "OOM score not pinned: the host's capabilities could not be read"
+    if not caps >> 24 & 1:  # CAP_SYS_RESOURCE
+        return False, ("OOM score not pinned: the host's root lacks CAP_SYS_RESOURCE (a container default), "
+                       "so programs may lower their score; their memory group still confines the OOM killer to their call")
+    return True, ""
+
+
 _swept = False
 
 

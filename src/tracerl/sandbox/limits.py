@@ -90,6 +90,9 @@ class ExecResult:
     cgroup; 0 where per-call cgroups are unavailable."""
     reason: str = ""
     """One sentence on why the status is what it is (empty for `ok`)."""
+    attempts: int = 1
+    """How many times the call was started: more than 1 when a sandbox `crash` (an infrastructure
+    fault) was retried (`Sandbox(crash_retries=...)`); the result is the last attempt's."""
 
     @property
     def ok(self) -> bool:

@@ -31,9 +31,10 @@ What is NOT isolated:
     call has its own memory group and all calls of a worker together are capped at
     `total_memory_bytes` (see sandbox.cgroups). Per-call groups on a cgroup v2 host are not
     implemented yet;
-  * the OOM score: programs start at 1000 but may lower it (the kernel lets them here); their
-    own memory group confines the OOM killer to their call, but in a machine-wide OOM a program
-    that lowered its score is not the first pick;
+  * the OOM score, where the host's root lacks CAP_SYS_RESOURCE (containers): programs start at
+    1000 but may lower it; their own memory group confines the OOM killer to their call, but in
+    a machine-wide OOM a program that lowered its score is not the first pick. With the
+    capability the root launcher's write pins the floor at 1000 (`isolation_report()` says which);
   * CPU share: a call can use every core up to its CPU-seconds budget (no cgroup quota);
   * the read-only view of /usr is the host's: installed packages and their versions are visible.
 At level "rlimits" (no bubblewrap / user namespaces) far less holds; the sandbox warns at start
@@ -42,6 +43,7 @@ and `isolation_report()` lists what is missing. `Sandbox(require="full")` refuse
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -124,10 +126,16 @@ class Sandbox:
 
     def __init__(self, *, limits: Limits | None = None, require: str | None = None, warm: bool = True,
                  python: str | None = None, max_workers: int = 8,
-                 total_memory_bytes: int | None | str = "auto", preload: tuple[str, ...] = ()) -> None:
+                 total_memory_bytes: int | None | str = "auto", preload: tuple[str, ...] = (),
+                 crash_retries: int = 1) -> None:
         """`total_memory_bytes` caps the memory of all calls in flight together (tmpfs included),
         where cgroups allow it (see sandbox.cgroups); "auto" is half the machine's memory, at
-        most 16 GiB; None turns the cap off."""
+        most 16 GiB; None turns the cap off. A call that ends in `crash` (the sandbox failed, not
+        the program) is started again up to `crash_retries` times, on a fresh worker when the old
+        one died; `ExecResult.attempts` says how many starts it took."""
+        if not isinstance(crash_retries, int) or isinstance(crash_retries, bool) or not 0 <= crash_retries <= 10:
+            raise UserError(f"Sandbox(crash_retries={crash_retries!r}) must be an integer from 0 to 10.")
+        self.crash_retries = crash_retries
         if require is not None and require not in LEVELS:
             raise UserError(f"Sandbox(require={require!r}) is not a level; choose one of {', '.join(LEVELS)}.")
         self.limits = limits or Limits()
@@ -178,6 +186,11 @@ class Sandbox:
                             f"(tmpfs included) and {MAX_PIDS} processes; the largest program is OOM-killed first")
         else:
             missing.append(why or "total memory across calls is not capped (total_memory_bytes=None)")
+        pinned, why = cgroups.oom_floor_pinned()
+        if plan.level == "full" and plan.run_as is not None and pinned:
+            enforced.append("OOM score: every program is the OOM killer's first pick and cannot lower its score")
+        else:
+            missing.append(why or "OOM score not pinned at this isolation level")
         return {"level": plan.level, "python": plan.python, "enforced": enforced, "missing": missing,
                 "command": " ".join(plan.argv[:-1] + ["<worker>"])}
 
@@ -212,6 +225,13 @@ class Sandbox:
         if isinstance(checked, str):
             return ExecResult(Status.BLOCKED, None, "", "", reason=checked)
         payload, stdin_bytes = checked
+        for attempt in range(1, self.crash_retries + 2):
+            result = self._attempt(payload, stdin_bytes, limits)
+            if result.status is not Status.CRASH or attempt > self.crash_retries:
+                return dataclasses.replace(result, attempts=attempt) if attempt > 1 else result
+        raise AssertionError("unreachable")
+
+    def _attempt(self, payload: bytes, stdin_bytes: bytes, limits: Limits) -> ExecResult:
         cold = None
         try:
             worker = self._get_worker() if self.warm else (cold := self._start_worker(warm=False))

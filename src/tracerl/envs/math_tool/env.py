@@ -65,7 +65,8 @@ class MathToolEnv:
                         info={"tool": "python", "tool_status": "crash", "error": repr(err)})
         if res.status == "crash":
             return Step(terminated=True, terminal_reason=TerminalReason.INFRA_FAILURE,
-                        info={"tool": "python", "tool_status": "crash", "error": res.stderr[-200:]})
+                        info={"tool": "python", "tool_status": "crash", "error": (res.reason or res.stderr)[-200:],
+                              "sandbox_attempts": res.attempts})
         if res.status == "ok":
             out = res.stdout.strip()[:200]
         else:

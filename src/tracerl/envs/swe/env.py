@@ -102,7 +102,7 @@ class SWEEnv:
         if res is None or res.status == "crash":
             self._done = True
             return Step(None, True, TerminalReason.INFRA_FAILURE, {},
-                        {"tool": "test", "tool_status": "crash", "infra_error": (error if res is None else res.stderr)[-200:]})
+                        {"tool": "test", "tool_status": "crash", "infra_error": (error if res is None else res.reason or res.stderr)[-200:]})
         lines = [x for x in res.stdout.splitlines() if x.startswith(("ok ", "FAIL "))]
         fails = [x for x in lines if x.startswith("FAIL")]
         if res.status != "ok" and not lines:
