@@ -139,23 +139,29 @@ def test_closed_sandbox_refuses_and_default_is_shared():
     assert default_sandbox().run("print('shared')").stdout == "shared\n"
 
 
+def _kill_worker_mid_call(s, code):
+    """Start `code` in a thread, SIGKILL the warm worker while it runs; the call's result and the old pid."""
+    import os
+    import signal
+    import time
+
+    s.run("pass")
+    first = s.worker_pid()
+    results = []
+    t = threading.Thread(target=lambda: results.append(s.run(code)))
+    t.start()
+    time.sleep(0.3)
+    os.killpg(first, signal.SIGKILL)
+    t.join()
+    return results[0], first
+
+
 def test_a_killed_worker_is_replaced_and_calls_in_flight_end_as_crash():
     """Infrastructure fault: the warm worker dies (OOM killer, operator). The call in flight is a
     `crash` (never a policy outcome) and the next call gets a fresh worker."""
-    import os
-    import signal
-
     with Sandbox(limits=SMALL, crash_retries=0) as s:
-        s.run("pass")
-        first = s.worker_pid()
-        results = []
-        t = threading.Thread(target=lambda: results.append(s.run("import time\ntime.sleep(0.8)")))
-        t.start()
-        import time
-        time.sleep(0.3)
-        os.killpg(first, signal.SIGKILL)
-        t.join()
-        assert results[0].status == "crash"
+        result, first = _kill_worker_mid_call(s, "import time\ntime.sleep(0.8)")
+        assert result.status == "crash"
         again = s.run("print('fresh')")
         assert again.stdout == "fresh\n" and s.worker_pid() != first and again.attempts == 1
 
@@ -163,20 +169,9 @@ def test_a_killed_worker_is_replaced_and_calls_in_flight_end_as_crash():
 def test_a_call_whose_worker_died_is_retried_on_a_fresh_one():
     """With the default `crash_retries=1` the call in flight when its worker is killed is started
     again on a new worker: the caller sees the program's own outcome, with `attempts == 2`."""
-    import os
-    import signal
-    import time
-
     with Sandbox(limits=SMALL) as s:
-        s.run("pass")
-        first = s.worker_pid()
-        results = []
-        t = threading.Thread(target=lambda: results.append(s.run("import time\ntime.sleep(0.8)\nprint('done')")))
-        t.start()
-        time.sleep(0.3)
-        os.killpg(first, signal.SIGKILL)
-        t.join()
-        assert results[0].status == "ok" and results[0].stdout == "done\n" and results[0].attempts == 2
+        result, first = _kill_worker_mid_call(s, "import time\ntime.sleep(0.8)\nprint('done')")
+        assert result.status == "ok" and result.stdout == "done\n" and result.attempts == 2
         assert s.worker_pid() != first
     with pytest.raises(UserError, match="crash_retries"):
         Sandbox(crash_retries=-1)
