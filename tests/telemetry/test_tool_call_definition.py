@@ -34,3 +34,14 @@ def test_invalid_actions_are_not_tool_calls_anywhere():
     report = aggregate(samples_from_trajectories(trajs, lambda t: True), [1])
     assert report["tool_calls_per_episode"] == 2 / 3 and report["tool_use_rate"] == 2 / 3
     assert report["tool_error_rate"] == 1 / 2
+
+
+def test_a_tool_call_without_a_status_is_counted_as_unknown_not_as_an_error():
+    """An env that names its tool but reports no status: 3 calls (ok, none, error) → error rate 1/3,
+    one `tool/status_unknown` (this used to raise in the metric's name)."""
+    trajs = [_episode(0, [("python", "ok"), ("python", None)]), _episode(1, [("python", "error")])]
+    rl = tool_metrics(trajs)
+    assert rl["tool/calls"] == 3.0 and rl["tool/error_rate"] == 1 / 3
+    assert rl["tool/status_unknown"] == 1.0 and rl["tool/status_error"] == 1.0
+    report = aggregate(samples_from_trajectories(trajs, lambda t: True), [1])
+    assert report["tool_error_rate"] == 1 / 3  # the report agrees

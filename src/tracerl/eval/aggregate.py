@@ -108,6 +108,6 @@ def samples_from_trajectories(trajectories: Iterable[Any], is_correct) -> dict[s
         calls = tool_calls(t)
         tasks.setdefault(t.task_id, []).append(Sample(
             correct=bool(is_correct(t)), answer=answer_key(t), tool_calls=len(calls),
-            tool_errors=sum(s.tool_status != "ok" for s in calls), truncated=t.truncated,
+            tool_errors=sum(s.tool_status not in ("ok", None) for s in calls), truncated=t.truncated,
             action_tokens=t.num_action_tokens))
     return tasks

@@ -120,10 +120,10 @@ def tool_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     if turns:
         out["env/invalid_action_rate"] = invalid / turns
     if calls:
-        errors = [s for s in calls if s.tool_status != "ok"]
+        errors = [s for s in calls if s.tool_status not in ("ok", None)]  # None: the env gave no status
         out["tool/errors"] = float(len(errors))
         out["tool/error_rate"] = len(errors) / len(calls)
-        for status, count in sorted(Counter(s.tool_status for s in errors).items()):
+        for status, count in sorted(Counter(s.tool_status or "unknown" for s in calls if s.tool_status != "ok").items()):
             out[f"tool/status_{_slug(status)}"] = float(count)
     latency = [s.tool_latency_s for s in calls if s.tool_latency_s is not None]
     if latency:
