@@ -84,3 +84,15 @@ def test_nothing_recorded_is_lost(client, gateway, episode, tmp_path):
         client.completions.create(model="tiny", prompt="Ann", max_tokens=2, extra_headers={"X-Episode-Id": episode})
     assert e.value.status_code == 409 and e.value.body["code"] == "episode_finished"
     assert httpx.get(srv.base_url + "/nowhere", timeout=30).json()["error"]["message"].startswith("no route")
+
+
+def test_serve_with_a_bad_model_path_names_the_flag(tmp_path, capsys):
+    """`tracerl serve --model` with a missing directory, or one without config.json: one sentence
+    naming `--model` (not the recipe key), exit 2, before any server starts."""
+    from tracerl.cli import main
+
+    assert main(["serve", "--model", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "set --model to a local Hugging Face model directory" in err and "model.path" not in err
+    assert main(["serve", "--model", str(tmp_path)]) == 2
+    assert "point --model at a Hugging Face model directory" in capsys.readouterr().err

@@ -45,7 +45,7 @@ def run(args) -> int:
     from tracerl.serve.server import ServerThread
 
     torch.set_num_threads(args.threads)
-    model, tok = load_model_and_tokenizer(args.model)
+    model, tok = load_model_and_tokenizer(args.model, key="--model")
     verifier, stops, env_name = None, list(args.stop), "gateway"
     if args.env:
         from tracerl.envs import get_env

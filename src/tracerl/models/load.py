@@ -17,8 +17,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from tracerl.errors import UserError
 
 
-def resolve_model_path(path: str | Path) -> Path:
-    """A directory, or `pkg:NAME` for model files shipped inside an installed Python package."""
+def resolve_model_path(path: str | Path, *, key: str = "model.path") -> Path:
+    """A directory, or `pkg:NAME` for model files shipped inside an installed Python package.
+    `key` is the setting the caller took the path from, named in error messages."""
     text = str(path)
     if text.startswith("pkg:"):
         import importlib.util
@@ -26,16 +27,16 @@ def resolve_model_path(path: str | Path) -> Path:
         name = text[4:]
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
-            raise UserError(f"model.path {text!r} names package {name!r}, which is not installed; pip install it or give a directory")
+            raise UserError(f"{key} {text!r} names package {name!r}, which is not installed; pip install it or give a directory")
         return Path(list(spec.submodule_search_locations)[0])
     local = Path(text).expanduser()
     if not local.exists() and _looks_like_model_id(text):
         cached = _hf_cache_snapshot(text)
         if cached is not None:
             return cached
-        raise UserError(f"model.path {text!r} is neither a local directory nor a model in the local Hugging Face "
+        raise UserError(f"{key} {text!r} is neither a local directory nor a model in the local Hugging Face "
                         "cache (tracerl never downloads); fetch it once with `huggingface-cli download "
-                        f"{text}` or point model.path at a directory")
+                        f"{text}` or point {key} at a directory")
     return local
 
 
@@ -81,14 +82,16 @@ def _check_config_json(path: Path) -> None:
         raise UserError(f"{path} is not a Hugging Face model config (a JSON object with model_type); restore it")
 
 
-def load_model_and_tokenizer(path: str | Path, *, gguf_file: str | None = None, dtype: str = "float32"):
-    p = resolve_model_path(path)
+def load_model_and_tokenizer(path: str | Path, *, gguf_file: str | None = None, dtype: str = "float32",
+                             key: str = "model.path"):
+    p = resolve_model_path(path, key=key)
     if not p.is_dir():
-        raise UserError(f"model path {p} does not exist; set model.path to a local Hugging Face model directory, or null to build the tiny model")
+        raise UserError(f"model path {p} does not exist; set {key} to a local Hugging Face model directory"
+                        + (", or null to build the tiny model" if key == "model.path" else ""))
     if gguf_file and not (p / gguf_file).is_file():
         raise UserError(f"GGUF file {gguf_file!r} is not in {p}; set model.gguf_file to a file in that folder")
     if not gguf_file and not (p / "config.json").is_file():
-        raise UserError(f"{p} has no config.json; point model.path at a Hugging Face model directory")
+        raise UserError(f"{p} has no config.json; point {key} at a Hugging Face model directory")
     if not gguf_file:
         _check_config_json(p / "config.json")
     kwargs = {"local_files_only": True}
