@@ -110,7 +110,8 @@ def test_cold_mode_starts_a_fresh_isolated_worker_per_call():
 
 def test_isolation_report_and_required_level(box):
     report = box.isolation_report()
-    assert report["level"] == "full" and report["missing"] == []
+    # full isolation misses nothing but, where the host cannot pin it, the OOM score floor
+    assert report["level"] == "full" and all(m.startswith("OOM score not pinned") for m in report["missing"])
     assert any("network" in line for line in report["enforced"])
     Sandbox(require="full").close()
     with pytest.raises(UserError, match="not a level"):

@@ -100,6 +100,8 @@ class CallGroup:
         finally:
             os.close(fd)
         self.limit = os.open(os.path.join(path, limit), os.O_WRONLY | os.O_CLOEXEC)
+        if version == 2 and not os.path.exists(os.path.join(path, peak)):  # memory.peak is Linux >= 5.19
+            peak = "memory.current"  # then the call's memory at its end, a lower bound of its peak
         self.peak = os.open(os.path.join(path, peak), os.O_RDONLY | os.O_CLOEXEC)
         self.events = os.open(os.path.join(path, events), os.O_RDONLY | os.O_CLOEXEC)
         swap = os.path.join(path, "memory.memsw.limit_in_bytes" if version == 1 else "memory.swap.max")

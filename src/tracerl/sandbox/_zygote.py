@@ -312,7 +312,7 @@ def main():
             __import__(name)
         except Exception:  # noqa: BLE001 - a missing optional module only costs warmth
             pass
-    groups = CallGroups(config.get("cgroup"))
+    groups = CallGroups(config.get("cgroup"), config.get("cgroup_version", 1))
     import gc
     if config["preload"]:
         gc.collect()

@@ -25,12 +25,12 @@ What is NOT isolated:
   * side channels: timing, cache, CPU frequency and co-tenant load are shared with the host;
   * covert signalling between *concurrent* calls through the shared read-only files (advisory
     locks or inotify on /usr): no data is stored, but two live calls could agree on bits;
-  * memory, where cgroups are not writable (cgroup v2 only, or not root): RLIMIT_AS is per
-    process, so nproc x memory_bytes bounds a call, and tmpfs and memfd pages count against no
-    rlimit. Where the cgroup v1 memory and pids hierarchies are writable by a root host, each
-    call has its own memory group and all calls of a worker together are capped at
-    `total_memory_bytes` (see sandbox.cgroups). Per-call groups on a cgroup v2 host are not
-    implemented yet;
+  * memory, where cgroups are not usable (not root, or a cgroup v2 group that does not delegate
+    memory and pids): RLIMIT_AS is per process, so nproc x memory_bytes bounds a call, and tmpfs
+    and memfd pages count against no rlimit. Where the cgroup v1 memory and pids hierarchies are
+    writable by a root host (or a v2 group delegates both; untested on a real v2 host), each call
+    has its own memory group and all calls of a worker together are capped at
+    `total_memory_bytes` (see sandbox.cgroups);
   * the OOM score, where the host's root lacks CAP_SYS_RESOURCE (containers): programs start at
     1000 but may lower it; their own memory group confines the OOM killer to their call, but in
     a machine-wide OOM a program that lowered its score is not the first pick. With the

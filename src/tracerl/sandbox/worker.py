@@ -72,7 +72,7 @@ class Worker:
             except OSError:
                 self.group = None
         if self.group is not None:  # the worker makes one memory group per call below its own
-            config["cgroup"] = CALL_GROUPS_MOUNT
+            config["cgroup"], config["cgroup_version"] = CALL_GROUPS_MOUNT, self.group.version
             at = argv.index("--remount-ro")
             argv[at:at] = ["--bind", self.group.memory_dir, CALL_GROUPS_MOUNT]
         argv += [bootstrap, json.dumps(config)]
