@@ -88,6 +88,15 @@ def _controller(out) -> None:
             res[agg, "optim"] = max(float((o1["optimizer"]["state"][i][n] - o2["optimizer"]["state"][i][n]).abs().max())
                                     for i in o1["optimizer"]["state"] for n in ("exp_avg", "exp_avg_sq"))
             res[agg, "sched"] = (o1["scheduler"]["last_epoch"], o2["scheduler"]["last_epoch"])
+            if agg == "token":  # resume: the single-process checkpoint state, restored on 2 ranks, takes the same 3rd step
+                resumed = Roles(ShardedPolicyRole(copy.deepcopy(single.policy.model), **kw, state=o1, ranks=2, threads=1))
+                ctx = StepContext(max_tokens=64, step=2)
+                torch.manual_seed(2)
+                rl_update(algo, single, batch, batch.reward_B, minibatches=2, ctx=ctx)
+                torch.manual_seed(2)
+                sharded_rl_update(algo, resumed, batch, batch.reward_B, minibatches=2, ctx=ctx)
+                w1, w2 = single.policy.model.state_dict(), resumed.policy.model.state_dict()
+                res["resumed"] = max(float((w1[k] - w2[k]).abs().max()) for k in w1)
         learner_group(2, 1).close()
         out.put(res)
     except BaseException as e:  # noqa: BLE001 - reported to the test
@@ -113,6 +122,18 @@ def test_two_rank_fsdp_update_equals_single_process():
             assert r["loss"][1] == pytest.approx(r["loss"][0], rel=1e-4, abs=1e-6)
             assert r["moved"] > 1e-3 and r["diff"] < 2e-5, (agg, step, r)  # weights moved ≫ their difference
         assert res[agg, "optim"] < 1e-6 and res[agg, "sched"] == (2, 2)
+    assert res["resumed"] < 2e-5
+
+
+def test_learner_ranks_selects_the_sharded_learner():
+    from tracerl.train.fsdp_group import ShardedPolicyRole, sharded_rl_update
+    from tracerl.train.learner import _policy_role
+    from tracerl.train.roles import PolicyRole
+
+    assert _policy_role(load_recipe("smoke")) == (PolicyRole, None)
+    role, update = _policy_role(load_recipe("smoke", ["learner.ranks=2", "run.threads=1"]))
+    assert update is sharded_rl_update and role.func is ShardedPolicyRole
+    assert role.keywords == {"ranks": 2, "threads": 1}
 
 
 @pytest.mark.parametrize("override, words", [

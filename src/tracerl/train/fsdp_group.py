@@ -100,8 +100,8 @@ class LearnerGroup:
 
     def call(self, op: str, **kw):
         dist.broadcast_object_list([(op, kw)], src=0)
-        if op == "build":  # the workers got pickled copies; rank 0 shards its own copy, not the engine's model
-            kw = {**kw, "model": copy.deepcopy(kw["model"])}
+        if op == "build":  # the workers got pickled copies; rank 0 shards its own copies, not the engine's model
+            kw = {**kw, "model": copy.deepcopy(kw["model"]), "state": copy.deepcopy(kw.get("state"))}
         return self.me.handle(op, kw)
 
     def close(self) -> None:
