@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from pydantic import Field
 
 from tracerl.rl_config import _Cfg
@@ -21,7 +22,12 @@ def check_learner(recipe) -> str | None:
     if ranks == 1:
         return None
     algo, why = recipe.rl.algorithm, None
-    if recipe.rl.mode == "async":
+    device = getattr(recipe.model, "device", "cpu")  # model.device / model.lora: the placement keys, where present
+    if getattr(recipe.model, "lora", None) is not None:
+        why = "model.lora (the ranks shard and train every weight); use model.lora=null or learner.ranks: 1"
+    elif device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()):
+        why = f"model.device {device!r}: the ranks run on CPU (gloo) for now; set model.device=cpu or learner.ranks: 1"
+    elif recipe.rl.mode == "async":
         why = "rl.mode: async (its learner runs beside the rollout workers in one process); use rl.mode: sync"
     elif algo.roles() - {"policy", "reference"}:
         extra = ", ".join(sorted(algo.roles() - {"policy", "reference"}))
