@@ -1,5 +1,5 @@
 """The FSDP2 learner (`learner.ranks: 2`, gloo on CPU): one and two RL updates sharded over two
-ranks give the single-process update's weights, optimizer state and loss, under token and sequence
+ranks give the single-process update's weights, optimizer state and loss, under token, sequence and fixed
 aggregation with gradient clipping active; the loss normalisation that makes this so, by hand;
 recipes it cannot run refused at load."""
 
@@ -65,7 +65,7 @@ def _controller(out) -> None:
         batch, sampling = _batch(), {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
         kw = dict(lr=3e-3, max_grad_norm=0.05, sampling=sampling)
         res = {}
-        for agg, kl in (("token", 0.0), ("sequence", 0.1)):
+        for agg, kl in (("token", 0.0), ("sequence", 0.1), ("fixed", 0.0)):
             algo = ALGORITHMS["grpo"](aggregation=agg, kl={"coef": kl})
             ref = FrozenRole(copy.deepcopy(model), temperature=1.0) if kl else None
             single = Roles(PolicyRole(copy.deepcopy(model), **kw), ref)
@@ -118,7 +118,7 @@ def test_two_rank_fsdp_update_equals_single_process():
         if p.is_alive():
             p.kill()
     assert not isinstance(res, str), res
-    for agg in ("token", "sequence"):
+    for agg in ("token", "sequence", "fixed"):
         for step in range(2):
             r = res[agg, step]
             assert r["updates"] == (2.0, 2.0) and r["adv"] == 0.0
