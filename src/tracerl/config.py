@@ -24,6 +24,7 @@ from tracerl.roles_config import RolesConfig
 from tracerl.envs_config import EnvEntry, MixtureConfig, check_envs
 from tracerl.serve.config import GatewayConfig
 from tracerl.faults import FaultsConfig
+from tracerl.learner_config import LearnerConfig, check_learner
 from tracerl.sandbox.runtime import SandboxConfig
 from tracerl.sft_config import RejectionConfig, SFTConfig, check_sft_source  # noqa: F401  (re-exported)
 from tracerl.tasks.config import TasksConfig
@@ -184,6 +185,8 @@ class Recipe(_Cfg):
     """Per-environment reward normalisation and the per-domain regression gate (with `envs:` only)."""
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     """An external OpenAI-client agent trained through the in-process gateway (docs/gateway.md); off by default."""
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    """Learner processes of the RL stage (`ranks`: FSDP2-sharded policy over N gloo ranks; 1: in-process)."""
 
     @model_validator(mode="after")
     def _stage_steps(self) -> Recipe:
@@ -207,7 +210,7 @@ class Recipe(_Cfg):
         if self.rl.mode == "async" and self.roles.grader is not None:
             raise ValueError("roles.grader does not run in rl.mode: async yet (its rollouts are graded in the sync loop); "
                              "use rl.mode: sync")
-        problem = check_envs(self)
+        problem = check_envs(self) or check_learner(self)
         if problem:
             raise ValueError(problem)
         if "rl" in self.stages and self.sampling.temperature <= 0:

@@ -5,6 +5,8 @@ restored from the `RLState` of a resumed run."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 
 from tracerl.algorithms.spec import AlgorithmState
 from tracerl.rollout import LoopBudgets
@@ -13,6 +15,7 @@ from tracerl.telemetry.exploration import tag_classifier, tokenizer_pieces
 from tracerl.train.audits import AuditReplay, ProbeReplay
 from tracerl.train.aux_roles import AUX_ROLES, build_aux_roles
 from tracerl.train.roles import FrozenRole, PolicyRole, Roles
+from tracerl.train.update import rl_update
 
 
 @dataclasses.dataclass
@@ -24,12 +27,14 @@ class Learner:
     audits: AuditReplay
     probe: ProbeReplay
     classify: object
+    update: Callable = rl_update  # the policy update (train/update.py; sharded: train/fsdp_group.py)
 
 
 def build_learner(recipe, algo, model, tokenizer, *, spec, state, reference, stage_index: int) -> Learner:
     cfg = recipe.rl
-    roles = Roles(PolicyRole(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=recipe.sampling.model_dump(),
-                             state=(state.roles_state or {}).get("policy")),
+    policy, sharded = _policy_role(recipe)
+    roles = Roles(policy(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=recipe.sampling.model_dump(),
+                         state=(state.roles_state or {}).get("policy")),
                   FrozenRole(reference, temperature=recipe.sampling.temperature) if reference is not None else None,
                   build_aux_roles(recipe, model, state.roles_state, tokenizer))
     missing = algo.roles() - {"policy", *AUX_ROLES} - ({"reference"} if reference is not None else set())
@@ -42,4 +47,14 @@ def build_learner(recipe, algo, model, tokenizer, *, spec, state, reference, sta
     if state.gate_state:
         gates.load_state_dict(state.gate_state)
     return Learner(roles, astate, LoopBudgets.from_env(recipe.env), gates, AuditReplay.for_run(spec, recipe.gates),
-                   ProbeReplay.for_run(recipe.gates), tag_classifier(tokenizer_pieces(tokenizer)))
+                   ProbeReplay.for_run(recipe.gates), tag_classifier(tokenizer_pieces(tokenizer)),
+                   **({"update": sharded} if sharded else {}))
+
+
+def _policy_role(recipe):
+    """(policy role class, update function or None): `learner.ranks > 1` shards the policy (train/fsdp_group.py)."""
+    if recipe.learner.ranks == 1:
+        return PolicyRole, None
+    from tracerl.train.fsdp_group import ShardedPolicyRole, sharded_rl_update
+
+    return functools.partial(ShardedPolicyRole, ranks=recipe.learner.ranks, threads=recipe.run.threads), sharded_rl_update

@@ -27,7 +27,6 @@ from tracerl.store.credit import per_trajectory, record_credit
 from tracerl.tasks import Sampler, next_groups
 from tracerl.telemetry import GateTripped, step_metrics
 from tracerl.train.learner import build_learner
-from tracerl.train.update import rl_update
 
 
 @dataclasses.dataclass
@@ -153,7 +152,7 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
             if hasattr(spec, "normalize"):  # several environments (train/multienv.py): per-domain reward scale
                 rewards, norm = spec.normalize(rewards, trajs)
                 shaping |= norm
-            stats, adv = rl_update(algo, roles, batch, rewards, minibatches=cfg.minibatches, ctx=ctx)
+            stats, adv = ln.update(algo, roles, batch, rewards, minibatches=cfg.minibatches, ctx=ctx)
             record_credit(store, state.step, batch.trajectory_ids, per_trajectory(adv, batch.action_BT),
                           batch.weight_B.tolist())  # advantage and loss weight per trajectory: export / inspect
             if "updates" in stats:  # no optimizer step when every row had zero advantage

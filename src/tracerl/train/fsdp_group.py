@@ -1,0 +1,172 @@
+"""The FSDP2 learner's process group (`learner.ranks: N`, gloo on CPU): the trainer's own process
+is rank 0 and starts N − 1 learner worker processes the first time an RL stage needs them.
+
+Rank 0 stays the single controller: it plays the rollouts, collates the `Batch`, computes the
+no-gradient scores (reference, proximal) with its full copy of the policy and the advantages on
+whole groups, exactly as `rl_update` does, then broadcasts one `update` command; every rank takes
+its rows of each minibatch (`train/fsdp.py`) and the step ends with the full weights gathered to
+rank 0 and loaded into the rollout engine's model — the next version's weights, before the next
+rollout. Workers only answer commands (build, update, scheduler step, state); they write nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import dataclasses
+import datetime
+import socket
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.device_mesh import init_device_mesh
+
+from tracerl.algorithms.batch import Batch
+from tracerl.algorithms.spec import Algorithm, PolicyOutput, StepContext
+from tracerl.train.fsdp import ShardedPolicy, sharded_policy_steps
+from tracerl.train.roles import Roles, score_actions
+
+_TIMEOUT = datetime.timedelta(minutes=30)
+_GROUP: LearnerGroup | None = None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_ranks(rank: int, world: int, port: int, threads: int):
+    """Join the gloo group on 127.0.0.1:`port`; returns the CPU device mesh of the learner."""
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=_TIMEOUT)
+    return init_device_mesh("cpu", (world,))
+
+
+class _Rank:
+    """What one rank holds: the mesh and its share of the policy; answers the commands."""
+
+    def __init__(self, mesh):
+        self.mesh, self.policy = mesh, None
+
+    def handle(self, op: str, kw: dict):
+        if op == "build":
+            self.policy = ShardedPolicy(kw["model"], lr=kw["lr"], max_grad_norm=kw["max_grad_norm"],
+                                        sampling=kw["sampling"], mesh=self.mesh)
+            if kw.get("state"):
+                self.policy.load_state_dict(kw["state"])
+            return None
+        if op == "update":
+            stats = sharded_policy_steps(kw["algo"], self.policy, kw["batch"], kw["rewards"], kw["scores"], kw["adv"],
+                                         kw["order"], minibatches=kw["minibatches"], ctx=kw["ctx"])
+            return stats, self.policy.full_weights()
+        if op == "scheduler":
+            return self.policy.scheduler.step()
+        if op == "state":
+            return self.policy.state_dict()
+        raise ValueError(f"unknown learner command {op!r}")
+
+
+def _worker(rank: int, world: int, port: int, threads: int) -> None:
+    try:
+        me = _Rank(init_ranks(rank, world, port, threads))
+        while True:
+            msg = [None]
+            dist.broadcast_object_list(msg, src=0)
+            op, kw = msg[0]
+            if op == "stop":
+                break
+            me.handle(op, kw)
+        dist.destroy_process_group()
+    except Exception:  # the peer's collective fails as this process exits; say why here
+        traceback.print_exc()
+        raise
+
+
+class LearnerGroup:
+    """Rank 0's handle on the group: `call(op, **kw)` runs a command on every rank, returns rank 0's answer."""
+
+    def __init__(self, ranks: int, threads: int):
+        self.ranks, port = ranks, free_port()
+        ctx = mp.get_context("spawn")
+        self.procs = [ctx.Process(target=_worker, args=(r, ranks, port, threads), daemon=True)
+                      for r in range(1, ranks)]
+        for p in self.procs:
+            p.start()
+        self.me = _Rank(init_ranks(0, ranks, port, torch.get_num_threads()))
+
+    def call(self, op: str, **kw):
+        dist.broadcast_object_list([(op, kw)], src=0)
+        if op == "build":  # the workers got pickled copies; rank 0 shards its own copies, not the engine's model
+            kw = {**kw, "model": copy.deepcopy(kw["model"]), "state": copy.deepcopy(kw.get("state"))}
+        return self.me.handle(op, kw)
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.broadcast_object_list([("stop", {})], src=0)
+            dist.destroy_process_group()
+        for p in self.procs:
+            p.join(timeout=30)
+
+
+def learner_group(ranks: int, threads: int) -> LearnerGroup:
+    """The process's learner group (started once, reused by later RL stages, stopped at exit)."""
+    global _GROUP
+    if _GROUP is None:
+        _GROUP = LearnerGroup(ranks, threads)
+        atexit.register(_GROUP.close)
+    elif _GROUP.ranks != ranks:
+        raise ValueError(f"this process already runs a {_GROUP.ranks}-rank learner; learner.ranks cannot change "
+                         f"between stages (got {ranks})")
+    return _GROUP
+
+
+class _Scheduler:
+    def __init__(self, group: LearnerGroup):
+        self.group = group
+
+    def step(self) -> None:
+        self.group.call("scheduler")
+
+
+class ShardedPolicyRole:
+    """`PolicyRole` on rank 0 for a sharded learner: `model` is the full copy the rollout engine and
+    the no-gradient scoring use (it receives every version's weights); the trained shards, their
+    optimizer and schedule live on the ranks."""
+
+    def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, state: dict | None = None,
+                 ranks: int, threads: int):
+        self.model, self.max_grad_norm = model, max_grad_norm
+        self.sampling = {k: sampling[k] for k in ("temperature", "top_p", "top_k")}
+        self.group = learner_group(ranks, threads)
+        self.group.call("build", model=model, lr=lr, max_grad_norm=max_grad_norm, sampling=self.sampling, state=state)
+        self.scheduler = _Scheduler(self.group)
+
+    def score(self, batch: Batch) -> PolicyOutput:
+        return score_actions(self.model, batch, **self.sampling)
+
+    def state_dict(self) -> dict:
+        return self.group.call("state")
+
+
+def sharded_rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: torch.Tensor, *, minibatches: int,
+                      ctx: StepContext) -> tuple[dict[str, float], torch.Tensor]:
+    """`rl_update` with the policy's optimizer steps sharded over the learner group (roles.policy is a
+    `ShardedPolicyRole`); the scores, advantages, row choice and order are `rl_update`'s own."""
+    mask = batch.mask_BT
+    eligible = (batch.weight_B > 0) & (mask.sum(dim=1) > 0)
+    scores = roles.scores(batch, algo.needs())
+    adv_BT, out_stats = algo.advantages(batch, rewards_B, scores)
+    rows = eligible & ((adv_BT != 0).any(dim=1) | algo.every_row)
+    if not rows.any() or roles.warming_up(ctx.step):
+        return out_stats, adv_BT
+    keep = rows.nonzero().flatten()
+    order = keep[torch.randperm(keep.numel())]
+    stats, weights = roles.policy.group.call("update", algo=algo, batch=batch, rewards=rewards_B, scores=scores,
+                                             adv=adv_BT, order=order, minibatches=minibatches,
+                                             ctx=dataclasses.replace(ctx, generator=None))
+    roles.policy.model.load_state_dict(weights)  # the rollout engine samples the next version from these
+    return out_stats | stats, adv_BT

@@ -1,0 +1,167 @@
+"""The FSDP2 learner (`learner.ranks: 2`, gloo on CPU): one and two RL updates sharded over two
+ranks give the single-process update's weights, optimizer state and loss, under token, sequence and fixed
+aggregation with gradient clipping active; the loss normalisation that makes this so, by hand;
+recipes it cannot run refused at load."""
+
+import copy
+import multiprocessing
+
+import pytest
+import torch
+
+from tracerl.algorithms.spec import ALGORITHMS, StepContext
+from tracerl.config import load_recipe
+from tracerl.errors import UserError
+from tracerl.train.update import minibatch_scale
+
+
+def test_sharded_normalisation_by_hand():
+    # per-token losses: row A has 3 tokens of loss 1, row B one token of loss 5; rank 0 holds A, rank 1 B.
+    # token mean over the batch (3 + 5) / 4 = 2; a mean of the ranks' means (1 + 5) / 2 = 3 would be wrong.
+    # each rank: its mean × minibatch_scale(its rows, batch counts): 1 · 3/4 + 5 · 1/4 = 2.
+    # sequence: mean of per-response means (1 + 5) / 2 = 3; each rank 1 · 1/2 + 5 · 1/2 = 3.
+    from tracerl.algorithms.losses.aggregate import aggregate
+
+    loss = torch.tensor([[1.0, 1.0, 1.0], [5.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    for agg, want in (("token", 2.0), ("sequence", 3.0)):
+        assert float(aggregate(loss, mask, agg)) == want
+        ranks = [float(aggregate(loss[i:i + 1], mask[i:i + 1], agg)) * minibatch_scale(agg, mask[i:i + 1], 4.0, 2.0, 1)
+                 for i in range(2)]
+        assert ranks == ([0.75, 1.25] if agg == "token" else [0.5, 2.5]) and sum(ranks) == want
+    assert (float(aggregate(loss[:1], mask[:1])) + float(aggregate(loss[1:], mask[1:]))) / 2 == 3.0  # not 2
+
+
+def _batch():
+    from tracerl.algorithms.batch import collate
+    from tracerl.contract import TerminalReason, TokenRole, Trajectory
+
+    g = torch.Generator().manual_seed(1)
+    trajs = []
+    for i in range(10):  # action spans of 2..11 tokens: token and sequence means differ
+        t = Trajectory(trajectory_id=f"t{i}", group_id=f"g{i // 5}", task_id="x", env_name="e")
+        t.append(torch.randint(2, 64, (3,), generator=g).tolist(), TokenRole.PROMPT)
+        n = 2 + (i * 7) % 10
+        s, e = t.append(torch.randint(2, 64, (n,), generator=g).tolist(), TokenRole.ACTION,
+                        logprobs=(-4.16 + 0.3 * torch.randn(n, generator=g)).tolist(), policy_version=0)
+        t.add_span("action", s, e)
+        t.set_reward({"r": float(i % 3 == 0)}, {"r": 1.0})
+        t.finish(TerminalReason.EOS)
+        trajs.append(t)
+    return collate(trajs, pad_id=0)
+
+
+def _controller(out) -> None:
+    """Rank 0 (a spawned process): the single-process update beside the 2-rank sharded one."""
+    try:
+        torch.set_num_threads(1)
+        from tracerl.models.tiny import build_model
+        from tracerl.train.fsdp_group import ShardedPolicyRole, learner_group, sharded_rl_update
+        from tracerl.train.roles import FrozenRole, PolicyRole, Roles
+        from tracerl.train.update import rl_update
+
+        model = build_model(64, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_positions=64,
+                            seed=0, pad_token_id=0, eos_token_id=1)
+        batch, sampling = _batch(), {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
+        kw = dict(lr=3e-3, max_grad_norm=0.05, sampling=sampling)
+        res = {}
+        for agg, kl in (("token", 0.0), ("sequence", 0.1), ("fixed", 0.0)):
+            algo = ALGORITHMS["grpo"](aggregation=agg, kl={"coef": kl})
+            ref = FrozenRole(copy.deepcopy(model), temperature=1.0) if kl else None
+            single = Roles(PolicyRole(copy.deepcopy(model), **kw), ref)
+            sharded = Roles(ShardedPolicyRole(copy.deepcopy(model), **kw, ranks=2, threads=1), ref)
+            for step in range(2):
+                ctx = StepContext(max_tokens=64, step=step)
+                torch.manual_seed(step)
+                s1, a1 = rl_update(algo, single, batch, batch.reward_B, minibatches=2, ctx=ctx)
+                single.policy.scheduler.step()
+                torch.manual_seed(step)
+                s2, a2 = sharded_rl_update(algo, sharded, batch, batch.reward_B, minibatches=2, ctx=ctx)
+                sharded.policy.scheduler.step()
+                w1, w2 = single.policy.model.state_dict(), sharded.policy.model.state_dict()
+                res[agg, step] = {
+                    "diff": max(float((w1[k] - w2[k]).abs().max()) for k in w1),
+                    "moved": max(float((w1[k] - v).abs().max()) for k, v in model.state_dict().items()),
+                    "adv": float((a1 - a2).abs().max()), "loss": (s1["loss"], s2["loss"]),
+                    "grad_norm": (s1["grad_norm"], s2["grad_norm"]), "updates": (s1["updates"], s2["updates"])}
+            o1, o2 = single.policy.state_dict(), sharded.policy.state_dict()
+            res[agg, "optim"] = max(float((o1["optimizer"]["state"][i][n] - o2["optimizer"]["state"][i][n]).abs().max())
+                                    for i in o1["optimizer"]["state"] for n in ("exp_avg", "exp_avg_sq"))
+            res[agg, "sched"] = (o1["scheduler"]["last_epoch"], o2["scheduler"]["last_epoch"])
+            if agg == "token":  # resume: the single-process checkpoint state, restored on 2 ranks, takes the same 3rd step
+                resumed = Roles(ShardedPolicyRole(copy.deepcopy(single.policy.model), **kw, state=o1, ranks=2, threads=1))
+                ctx = StepContext(max_tokens=64, step=2)
+                torch.manual_seed(2)
+                rl_update(algo, single, batch, batch.reward_B, minibatches=2, ctx=ctx)
+                torch.manual_seed(2)
+                sharded_rl_update(algo, resumed, batch, batch.reward_B, minibatches=2, ctx=ctx)
+                w1, w2 = single.policy.model.state_dict(), resumed.policy.model.state_dict()
+                res["resumed"] = max(float((w1[k] - w2[k]).abs().max()) for k in w1)
+        learner_group(2, 1).close()
+        out.put(res)
+    except BaseException as e:  # noqa: BLE001 - reported to the test
+        import traceback
+
+        out.put(traceback.format_exc() + repr(e))
+
+
+@pytest.mark.timeout(600)  # ~20 s of wall time on an idle 2-core machine; generous for a loaded one
+def test_two_rank_fsdp_update_equals_single_process():
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_controller, args=(q,))
+    p.start()
+    try:
+        res = q.get(timeout=540)
+        p.join(timeout=60)
+    finally:
+        if p.is_alive():
+            p.kill()
+    assert not isinstance(res, str), res
+    for agg in ("token", "sequence", "fixed"):
+        for step in range(2):
+            r = res[agg, step]
+            assert r["updates"] == (2.0, 2.0) and r["adv"] == 0.0
+            assert r["grad_norm"][0] > 0.05  # the clip is active on every step, and the same on both sides
+            assert r["grad_norm"][1] == pytest.approx(r["grad_norm"][0], rel=1e-4)
+            assert r["loss"][1] == pytest.approx(r["loss"][0], rel=1e-4, abs=1e-6)
+            assert r["moved"] > 1e-3 and r["diff"] < 2e-5, (agg, step, r)  # weights moved ≫ their difference
+        assert res[agg, "optim"] < 1e-6 and res[agg, "sched"] == (2, 2)
+    assert res["resumed"] < 2e-5
+
+
+def test_learner_ranks_selects_the_sharded_learner():
+    from tracerl.train.fsdp_group import ShardedPolicyRole, sharded_rl_update
+    from tracerl.train.learner import _policy_role
+    from tracerl.train.roles import PolicyRole
+
+    assert _policy_role(load_recipe("smoke")) == (PolicyRole, None)
+    role, update = _policy_role(load_recipe("smoke", ["learner.ranks=2", "run.threads=1"]))
+    assert update is sharded_rl_update and role.func is ShardedPolicyRole
+    assert role.keywords == {"ranks": 2, "threads": 1}
+
+
+@pytest.mark.parametrize("override, words", [
+    (["rl.mode=async"], "rl.mode: async"),
+    (["rl.algorithm.name=ppo"], "critic"),
+    (["rl.algorithm.nll.coef=0.1"], "nll"),
+    (["rl.algorithm.correction.kind=mis"], "correction: mis"),
+])
+def test_unsupported_combinations_refused_at_load(override, words):
+    with pytest.raises(UserError, match=words):
+        load_recipe("smoke", ["learner.ranks=2", *override])
+    load_recipe("smoke", ["learner.ranks=2"])  # the smoke recipe itself runs sharded
+
+
+def test_lora_and_gpu_placement_refused():
+    # the placement keys (model.lora, model.device) come from another branch: checked where present
+    import types
+
+    from tracerl.learner_config import check_learner
+
+    recipe = load_recipe("smoke", ["learner.ranks=2"])
+    fake = lambda **model: types.SimpleNamespace(learner=recipe.learner, rl=recipe.rl,  # noqa: E731
+                                                 model=types.SimpleNamespace(**model))
+    assert "model.lora" in check_learner(fake(lora={"r": 8}))
+    assert "model.device 'cuda:0'" in check_learner(fake(device="cuda:0"))
+    assert check_learner(fake(device="cpu", lora=None)) is None
