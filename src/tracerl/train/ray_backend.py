@@ -61,7 +61,7 @@ def ray_runtime(cfg):
                        object_store_memory=cfg.object_store_mb << 20)
         try:
             ray.init(address=cfg.address, **kw)
-        except (ConnectionError, RuntimeError, ValueError) as err:
+        except Exception as err:  # no cluster at the address, or a local runtime that did not come up in time
             raise UserError(f"could not start or reach Ray at ray.address {cfg.address!r} ({str(err).splitlines()[0]}); "
                             "start a cluster with `ray start --head` or set ray.address: null") from None
     try:
