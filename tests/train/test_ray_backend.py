@@ -40,8 +40,8 @@ def _train(model, tok, recipe, store, episodes=None):
 
 
 def _stored(store, steps):
-    return [[(t.token_ids, t.roles, t.policy_versions, t.behavior_logprobs, t.reward) for t in store.trajectories(stage="rl", step=s)]
-            for s in range(steps)]
+    return [[(t.token_ids, t.roles, t.policy_versions, [x for x in t.behavior_logprobs if x == x], t.reward)  # NaN off actions
+             for t in store.trajectories(stage="rl", step=s)] for s in range(steps)]
 
 
 class KillDuringJob:

@@ -23,6 +23,8 @@ import contextlib
 import dataclasses
 import logging
 import os
+import signal
+import threading
 
 import torch
 
@@ -71,9 +73,16 @@ def ray_runtime(cfg):
             ray.shutdown()
 
 
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def run_on_ray(run_recipe, recipe, *, resume=None):
-    """`run_recipe(recipe, resume=...)` inside the recipe's Ray runtime."""
+    """`run_recipe(recipe, resume=...)` inside the recipe's Ray runtime. A SIGTERM exits through the clean-up
+    (a local runtime's processes would otherwise outlive the run)."""
+    main = threading.current_thread() is threading.main_thread()
     with ray_runtime(recipe.ray):
+        prev = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main else None
         _ACTIVE["on"] = True
         try:
             return run_recipe(recipe, resume=resume)
@@ -81,6 +90,8 @@ def run_on_ray(run_recipe, recipe, *, resume=None):
             _ACTIVE["on"] = False
             while _OPEN:
                 _OPEN.pop().close()
+            if main:
+                signal.signal(signal.SIGTERM, prev)
 
 
 def backend_manifest(recipe) -> dict:
