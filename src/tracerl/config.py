@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from tracerl.algorithms.spec import ALGORITHMS
+from tracerl.backend_config import RayConfig, check_backend
 from tracerl.errors import UserError
 from tracerl.rl_config import RLConfig, RLStageConfig, _Cfg
 from tracerl.roles_config import RolesConfig
@@ -45,6 +46,9 @@ class RunConfig(_Cfg):
     """torch intra-op threads (the default machine has 2 cores)."""
     progress: bool = True
     """Show progress bars for long stages."""
+    backend: Literal["local", "ray"] = "local"
+    """Where rollouts run: local (this process, or spawned processes in rl.mode async) or ray (Ray actors
+    placed by the `ray:` section, the learner in this process; docs/ray.md)."""
 
 
 class TinyModelConfig(_Cfg):
@@ -187,6 +191,8 @@ class Recipe(_Cfg):
     """An external OpenAI-client agent trained through the in-process gateway (docs/gateway.md); off by default."""
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     """Learner processes of the RL stage (`ranks`: FSDP2-sharded policy over N gloo ranks; 1: in-process)."""
+    ray: RayConfig = Field(default_factory=RayConfig)
+    """Ray runtime and the rollout actors' resources (with run.backend: ray; docs/ray.md)."""
 
     @model_validator(mode="after")
     def _stage_steps(self) -> Recipe:
@@ -210,7 +216,7 @@ class Recipe(_Cfg):
         if self.rl.mode == "async" and self.roles.grader is not None:
             raise ValueError("roles.grader does not run in rl.mode: async yet (its rollouts are graded in the sync loop); "
                              "use rl.mode: sync")
-        problem = check_envs(self) or check_learner(self)
+        problem = check_envs(self) or check_learner(self) or check_backend(self)
         if problem:
             raise ValueError(problem)
         if "rl" in self.stages and self.sampling.temperature <= 0:

@@ -55,9 +55,11 @@ def sha256_text(text: str) -> str:
 
 def build_manifest(*, config_yaml: str, seeds: dict[str, int], tokenizer: dict[str, str],
                    tasks: dict[str, Any], env: dict[str, str], verifier: dict[str, str],
-                   sandbox: dict[str, Any], truncation_policy: str, model: dict[str, Any]) -> dict[str, Any]:
+                   sandbox: dict[str, Any], truncation_policy: str, model: dict[str, Any],
+                   backend: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "code": git_state(), "config_sha256": sha256_text(config_yaml), "packages": package_versions(),
         "tokenizer": tokenizer, "tasks": tasks, "env": env, "verifier": verifier, "sandbox": sandbox,
         "seeds": seeds, "hardware": hardware(), "truncation_policy": truncation_policy, "model": model,
+        "backend": backend or {"name": "local"},  # run.backend (train/ray_backend.py)
     }

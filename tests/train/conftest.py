@@ -1,5 +1,7 @@
 """A one-turn env with a reward the tiny model can earn from the start: trainer tests need real updates."""
 
+import logging
+
 import pytest
 
 from tracerl.contract import TerminalReason
@@ -34,3 +36,14 @@ def parity_spec() -> EnvSpec:
 def parity_env() -> EnvSpec:
     """Registers the parity env (math_tool's tasks and expert) and returns its spec."""
     return register_env(parity_spec())
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A real local Ray runtime on 2 CPUs (run.backend: ray), started once for the tests that ask for it."""
+    import ray
+
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, logging_level=logging.ERROR,
+             object_store_memory=256 << 20)
+    yield ray
+    ray.shutdown()

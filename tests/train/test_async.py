@@ -26,6 +26,15 @@ from tracerl.train.roles import score_actions
 from tracerl.train.staleness import StalenessGate, lag, oldest_version
 
 from async_helpers import PARITY, SLOW, TURNS  # noqa: E402  (a module the spawned workers import too)
+from tracerl.train.ray_backend import ray_workers
+
+
+def _factory(backend, request, model, tok, recipe):
+    """The pool's workers: spawned processes, or Ray actors on the module's local runtime (tests/train/conftest.py)."""
+    if backend == "ray":
+        request.getfixturevalue("ray_local")
+        return ray_workers(model, tok, recipe, spec_ref_for(recipe), {})
+    return process_workers(model, tok, recipe, spec_ref_for(recipe), {})
 
 
 def _recipe(*extra, env="parity_async"):
@@ -53,8 +62,10 @@ def _stored(store, stage, steps):
 
 
 @pytest.mark.timeout(900)  # spawns rollout worker processes (slow to import on a loaded machine)
-def test_eta0_async_trains_on_the_same_data_as_sync(tiny, tmp_path):
-    """One spawned worker, η = 0: the same tokens, versions and log-probs at every step, and the same weights."""
+@pytest.mark.parametrize("backend", ["process", "ray"])
+def test_eta0_async_trains_on_the_same_data_as_sync(tiny, tmp_path, backend, request):
+    """One worker (a spawned process or a Ray actor), η = 0: the same tokens, versions and log-probs at every
+    step, and the same weights."""
     model0, tok = tiny
     sync_model, async_model = copy.deepcopy(model0), copy.deepcopy(model0)
     with Store(tmp_path / "s.sqlite") as s, Store(tmp_path / "a.sqlite") as a:
@@ -62,8 +73,7 @@ def test_eta0_async_trains_on_the_same_data_as_sync(tiny, tmp_path):
         _run(sync_model, tok, _recipe(), s, PARITY)
         recipe = _recipe("rl.mode=async", "rl.max_staleness=0")
         torch.manual_seed(0)
-        _run(async_model, tok, recipe, a, PARITY,
-             factory=process_workers(async_model, tok, recipe, spec_ref_for(recipe), {}))
+        _run(async_model, tok, recipe, a, PARITY, factory=_factory(backend, request, async_model, tok, recipe))
         assert _stored(s, "rl", 3) == _stored(a, "rl", 3)
         assert all(len(x) == 8 for x in _stored(a, "rl", 3))
         assert a.count("rl_stale") == 0
@@ -206,7 +216,8 @@ def test_gate_start_rule_and_split(tiny):
 
 
 class KillOnStart:
-    """A process worker that is killed by its pid as soon as it reports it started an episode (once)."""
+    """A worker killed as soon as it reports it started an episode (once): a process by its pid, a Ray actor by
+    `ray.kill`."""
 
     killed = 0
 
@@ -219,18 +230,23 @@ class KillOnStart:
     def events(self, timeout=0.0):
         ev = self.inner.events(timeout)
         if any(e[0] == "started" for e in ev) and KillOnStart.killed == 0:
-            os.kill(self.inner.pid, signal.SIGKILL)  # mid-episode: the slow env step takes 3 s
+            if hasattr(self.inner, "kill"):
+                self.inner.kill()  # ray.kill
+            else:
+                os.kill(self.inner.pid, signal.SIGKILL)  # mid-episode: the slow env step takes 3 s
             KillOnStart.killed += 1
         return ev
 
 
 @pytest.mark.timeout(900)  # spawns rollout worker processes (slow to import on a loaded machine)
-def test_killed_worker_is_replaced_and_its_job_retried(tiny, tmp_path):
+@pytest.mark.parametrize("backend", ["process", pytest.param("ray", marks=pytest.mark.slow)])  # test_ray_backend kills an actor too
+def test_killed_worker_is_replaced_and_its_job_retried(tiny, tmp_path, backend, request):
     model0, tok = tiny
     model = copy.deepcopy(model0)
     recipe = _recipe("rl.mode=async", "rl.max_staleness=1", "rl.steps=2", "rl.prompts_per_step=1", "rl.group_size=2",
                      env="parity_slow")
-    base = process_workers(model, tok, recipe, spec_ref_for(recipe), {})
+    KillOnStart.killed = 0
+    base = _factory(backend, request, model, tok, recipe)
     factory = lambda wid, inc: KillOnStart(base(wid, inc)) if inc == 0 else base(wid, inc)  # noqa: E731
     logged = []
     with Store(tmp_path / "k.sqlite") as store:

@@ -16,7 +16,11 @@ new weights there: later turns are sampled by the new version (`run_episodes(on_
 ACTION token keeps the version that sampled it.
 
 A worker has its own sampling generator (seed `generator_seed`), consumed job after job, so one worker
-running one job per step draws exactly the tokens the synchronous loop draws.
+running one job per step draws exactly the tokens the synchronous loop draws. A job may instead carry
+the sync loop's generator state (`RolloutJob.generator_state`): it is sampled from that state and the
+result carries the state it ends in, so the sync loop's rollouts can run in any worker (a Ray actor,
+`run.backend: ray`) and draw the same tokens, even when a dead worker's job is re-run elsewhere.
+A third implementation, `RayWorker` (rollout/ray_worker.py), hosts the same loop in a Ray actor.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class RolloutJob:
     budgets: LoopBudgets
     sampling: dict
     attempt: int = 0  # 1 when re-issued after its worker died
+    generator_state: torch.Tensor | None = None  # sample from this state instead of the worker's own generator
 
 
 @dataclasses.dataclass
@@ -60,6 +65,7 @@ class RolloutResult:
     busy_s: float
     idle_s: float  # seconds the worker waited for this job (or for weights) before starting it
     finished_at: float = 0.0
+    generator_state: torch.Tensor | None = None  # where the job's generator ended (when the job carried one)
 
 
 @dataclasses.dataclass
@@ -70,6 +76,15 @@ class SpecRef:
     name: str
     faults: dict | None = None
     modules: tuple[str, ...] = ()
+
+    @classmethod
+    def for_recipe(cls, recipe) -> SpecRef:
+        """The recipe's env, its faults, and the module that registered it (a user env imported by the driver)."""
+        from tracerl.envs import get_env
+
+        module = getattr(get_env(recipe.env.name).make, "__module__", None)
+        return cls(recipe.env.name, recipe.faults.model_dump() if recipe.faults.active else None,
+                   (module,) if module and module != "__main__" else ())
 
     def build(self):
         from tracerl.envs import get_env
@@ -111,13 +126,15 @@ class RolloutWorker(Protocol):
 class Runner:
     """What runs inside any worker: the engine over the worker's model, its env spec and generator."""
 
-    def __init__(self, model, tokenizer, spec, *, generator_seed: int, tokenizer_hashes: dict[str, str]):
+    def __init__(self, model, tokenizer, spec, *, generator_seed: int, tokenizer_hashes: dict[str, str],
+                 device: str = "cpu"):
         from tracerl.rollout.engine import TorchEngine
 
         self.model, self.spec, self.hashes = model, spec, tokenizer_hashes
-        self.engine = TorchEngine(model, tokenizer)
+        self.engine = TorchEngine(model, tokenizer, device=device)
         self.generator = torch.Generator().manual_seed(generator_seed)
         self.version = -1
+        self.job_generator_state: torch.Tensor | None = None  # after a job that carried a generator state
 
     def load(self, version: int, blob: bytes | None) -> None:
         if blob is not None:
@@ -126,10 +143,13 @@ class Runner:
 
     def run(self, job: RolloutJob, on_turn=None) -> tuple[list[Trajectory], dict[str, list[float]]]:
         entropy: dict[str, list[float]] = {}
+        own = job.generator_state is None
+        gen = self.generator if own else torch.Generator().set_state(job.generator_state)
         trajs = run_episodes(self.engine, self.spec, job.tasks, job.group_ids, budgets=job.budgets,
                              sampling=job.sampling, policy_version=self.version, seed=job.seed,
-                             tokenizer_hashes=self.hashes, generator=self.generator, entropy_out=entropy,
+                             tokenizer_hashes=self.hashes, generator=gen, entropy_out=entropy,
                              on_turn=on_turn)
+        self.job_generator_state = None if own else gen.get_state()
         return trajs, entropy
 
 
@@ -158,7 +178,7 @@ class InProcessWorker:
         started = ("started", self.worker_id, job.job_id, self.runner.version)
         trajs, ent = self.runner.run(job, self.on_turn)
         res = RolloutResult(job.job_id, self.worker_id, started[3], trajs, ent, time.time() - t0,
-                            t0 - self.idle_since, time.time())
+                            t0 - self.idle_since, time.time(), self.runner.job_generator_state)
         self.idle_since = time.time()
         return [started, ("done", res)]
 
@@ -185,14 +205,19 @@ class WorkerSettings:
     tokenizer_hashes: dict[str, str]
     partial_rollouts: bool = True
     threads: int = 1
+    device: str = "cpu"  # where the worker's model and engine run (a Ray actor given a GPU: "cuda")
 
 
 def _worker_main(worker_id: int, settings: WorkerSettings, inbox, outbox) -> None:
     torch.set_num_threads(settings.threads)
-    model = settings.model_class(settings.model_config)
+    from tracerl.faults import FaultsConfig, wrap_engine
+
+    model = settings.model_class(settings.model_config).to(settings.device)
     model.eval()
     runner = Runner(model, settings.tokenizer, settings.spec.build(), generator_seed=settings.generator_seed,
-                    tokenizer_hashes=settings.tokenizer_hashes)
+                    tokenizer_hashes=settings.tokenizer_hashes, device=settings.device)
+    faults = settings.spec.faults  # faults.engine_error: failing rows, as in the trainer's engine
+    runner.engine = wrap_engine(runner.engine, FaultsConfig(**faults) if faults else None)
     jobs: collections.deque[RolloutJob] = collections.deque()
     waited = 0.0
 
@@ -229,7 +254,8 @@ def _worker_main(worker_id: int, settings: WorkerSettings, inbox, outbox) -> Non
         job, t0, v0 = jobs.popleft(), time.time(), runner.version
         outbox.put(("started", worker_id, job.job_id, v0))
         trajs, ent = runner.run(job, on_turn if settings.partial_rollouts else None)
-        outbox.put(("done", RolloutResult(job.job_id, worker_id, v0, trajs, ent, time.time() - t0, waited, time.time())))
+        outbox.put(("done", RolloutResult(job.job_id, worker_id, v0, trajs, ent, time.time() - t0, waited, time.time(),
+                                          runner.job_generator_state)))
         waited = 0.0
 
 

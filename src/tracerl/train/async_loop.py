@@ -38,6 +38,7 @@ from tracerl.telemetry import async_metrics as am
 from tracerl.train.roles import Roles
 from tracerl.train.staleness import StalenessGate, lag
 from tracerl.train.learner import build_learner
+from tracerl.train.ray_backend import ray_workers
 from tracerl.train.update import rl_update
 
 
@@ -96,7 +97,8 @@ def train_rl_async(model, tokenizer, engine, sampler, recipe: Recipe, *, spec, l
     G, P = cfg.group_size, cfg.prompts_per_step
     n_roll = algo.rollouts_per_task(G)
     gate = StalenessGate(cfg.max_staleness)
-    factory = worker_factory or process_workers(model, tokenizer, recipe, spec_ref_for(recipe), tokenizer_hashes)
+    factory = worker_factory or (ray_workers if recipe.run.backend == "ray" else process_workers)(  # run.backend
+        model, tokenizer, recipe, spec_ref_for(recipe), tokenizer_hashes)
     saved = state.async_state or {}
     buffer: list[RolloutResult] = [_result_from(d) for d in saved.get("buffer", [])]
     restart: list[RolloutJob] = list(saved.get("in_flight", []))

@@ -36,6 +36,7 @@ from tracerl.train.checkpoint import freeze, load_reference, save_checkpoint
 from tracerl.train.demos import collect_demos, demo_texts
 from tracerl.train.grading import GraderRole
 from tracerl.train.rl import RLState, train_rl
+from tracerl.train import ray_backend
 from tracerl.train.run_common import (RunResult, _print_table, _quiet_transformers, _resume_point,  # noqa: F401
                                       _sandbox_revision, _say)
 from tracerl.train.sft_stage import load_sft_data, run_sft_stage
@@ -56,6 +57,8 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
         from tracerl.train.multi_pipeline import run_multi_recipe
 
         return run_multi_recipe(recipe, resume=resume)
+    if recipe.run.backend == "ray" and not ray_backend.active():  # rollouts in Ray actors: train/ray_backend.py
+        return ray_backend.run_on_ray(run_recipe, recipe, resume=resume)
     t_start = time.time()
     torch.set_num_threads(recipe.run.threads)
     torch.manual_seed(recipe.run.seed)
@@ -125,11 +128,14 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
                       **({"grader": {**grader.grader.manifest(), "mode": grader.cfg.mode, "path": grader.cfg.path}}
                          if grader else {})},
             sandbox=_sandbox_revision(), truncation_policy=recipe.rl.truncation,
-            model={"path": recipe.model.path, "gguf_file": recipe.model.gguf_file, "tiny": recipe.model.path is None}))
+            model={"path": recipe.model.path, "gguf_file": recipe.model.gguf_file, "tiny": recipe.model.path is None},
+            backend=ray_backend.backend_manifest(recipe)))
     else:
         run.store.add_event("resume", f"resumed at RL step {rl_state.step}", stage="rl", step=rl_state.step,
                             payload={"config_sha256": sha256_text(config_yaml)})
 
+    rl_episodes = ray_backend.backend_episodes(recipe, episodes, model=model, tokenizer=tokenizer, hashes=hashes,
+                                               store=run.store)  # run.backend: ray plays them in a Ray actor
     clean_engine = TorchEngine(model, tokenizer)
     engine = wrap_engine(clean_engine, recipe.faults)  # faults.engine_error: failing rows in training rollouts
     budgets = LoopBudgets.from_env(recipe.env)
@@ -194,7 +200,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
                                  on_eval=lambda s, v: evaluate(s, v, f"rl step {s}"), on_checkpoint=on_ckpt,
                                  store=run.store, tokenizer_hashes=hashes, progress=recipe.run.progress,
                                  state=state, until=st.end, stage_index=st.index, reference=reference["model"],
-                                 grader=grader, episodes=episodes)
+                                 grader=grader, episodes=rl_episodes)
             version, rl_steps_done, last_stage = state.policy_version, state.step, "rl"
     final = run.checkpoints / f"step_{rl_steps_done}"
     if not final.exists():
