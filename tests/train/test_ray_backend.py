@@ -156,3 +156,28 @@ def test_without_ray_one_sentence_and_no_run_dir(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr()
     assert "pip install 'tracerl[ray]'" in err.err + err.out
     assert not (tmp_path / "run").exists()
+
+
+def test_a_null_address_starts_a_runtime_of_the_runs_own(monkeypatch):
+    """ray.address: null must not join a `ray start` cluster that happens to run on this machine
+    (ray.init with no address does): the run asks for address="local"; a set address is passed on."""
+    import tracerl.train.ray_backend as rb
+
+    calls = []
+
+    class FakeRay:
+        def is_initialized(self):
+            return False
+
+        def init(self, address=None, **kw):
+            calls.append((address, kw.get("num_cpus")))
+
+        def shutdown(self):
+            pass
+
+    monkeypatch.setattr(rb, "import_ray", lambda: FakeRay())
+    for address in (None, "auto"):
+        cfg = load_recipe("smoke", ["run.backend=ray", f"ray.address={address or 'null'}"]).ray
+        with rb.ray_runtime(cfg):
+            pass
+    assert calls == [("local", 2), ("auto", None)]
