@@ -62,7 +62,7 @@ def ray_runtime(cfg):
             kw |= dict(num_cpus=cfg.num_cpus, num_gpus=torch.cuda.device_count() if cfg.num_gpus_per_worker else 0,
                        object_store_memory=cfg.object_store_mb << 20)
         try:
-            ray.init(address=cfg.address, **kw)
+            ray.init(address=cfg.address or "local", **kw)  # "local": a new runtime, never a cluster left running
         except Exception as err:  # no cluster at the address, or a local runtime that did not come up in time
             raise UserError(f"could not start or reach Ray at ray.address {cfg.address!r} ({str(err).splitlines()[0]}); "
                             "start a cluster with `ray start --head` or set ray.address: null") from None
