@@ -43,7 +43,7 @@ def ray_local():
     """A real local Ray runtime on 2 CPUs (run.backend: ray), started once for the tests that ask for it."""
     import ray
 
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, logging_level=logging.ERROR,
+    ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, logging_level=logging.ERROR,
              object_store_memory=256 << 20)
     yield ray
     ray.shutdown()

@@ -61,8 +61,8 @@ def ray_runtime(cfg):
         if cfg.address is None:
             kw |= dict(num_cpus=cfg.num_cpus, num_gpus=torch.cuda.device_count() if cfg.num_gpus_per_worker else 0,
                        object_store_memory=cfg.object_store_mb << 20)
-        try:  # "local": a runtime of the run's own, even where a `ray start` cluster runs on this machine
-            ray.init(address=cfg.address or "local", **kw)
+        try:
+            ray.init(address=cfg.address or "local", **kw)  # "local": a new runtime, never a cluster left running
         except Exception as err:  # no cluster at the address, or a local runtime that did not come up in time
             raise UserError(f"could not start or reach Ray at ray.address {cfg.address!r} ({str(err).splitlines()[0]}); "
                             "start a cluster with `ray start --head` or set ray.address: null") from None
