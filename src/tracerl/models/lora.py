@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -88,7 +89,9 @@ def attach_lora(model, cfg, *, pointer: dict):
     peft = require_peft()
     check_targets(cfg, model)
     try:
-        wrapped = peft.get_peft_model(model, peft_config(cfg))
+        with warnings.catch_warnings():  # peft asks transformers a deprecated question (is_gradient_checkpointing)
+            warnings.simplefilter("ignore", FutureWarning)
+            wrapped = peft.get_peft_model(model, peft_config(cfg))
     except (ValueError, TypeError, NotImplementedError) as err:
         raise UserError(f"model.lora: peft cannot wrap {type(model).__name__} ({str(err)[:160]}); "
                         "set model.lora=null to fine-tune every weight") from None
@@ -160,7 +163,9 @@ def load_adapter_checkpoint(ckpt: Path, *, dtype: str | None = None, trainable: 
                         "restore that folder (it is written once, when the adapter is attached)")
     base, _ = load_model_and_tokenizer(base_path, gguf_file=pointer.get("gguf_file"),
                                        dtype=dtype or pointer.get("dtype", "float32"))
-    wrapped = peft.PeftModel.from_pretrained(base, str(ckpt), is_trainable=trainable)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        wrapped = peft.PeftModel.from_pretrained(base, str(ckpt), is_trainable=trainable)
     _remember(base, wrapped, pointer)
     tokenizer = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
     if tokenizer.pad_token_id is None:
