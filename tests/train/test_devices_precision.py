@@ -113,3 +113,21 @@ def test_placement_keys_fail_before_any_run_dir(tmp_path, monkeypatch):
                      "model.lora.target_modules=[q_proj,qkv_proj]"):
         assert main(["train", "smoke", f"run.root={root}", override]) == 2, override
     assert not root.exists()  # refused before anything was written
+
+
+def test_place_policy_applies_every_model_key(tiny):
+    from tracerl.models.precision import autocast_dtype
+    from tracerl.train.model_setup import new_reference, place_policy
+
+    model, _ = tiny
+    plain = place_policy(copy.deepcopy(model), load_recipe("smoke", ["model.device=cpu"]))
+    assert autocast_dtype(plain) is None and not checkpointing_enabled(plain)
+    assert next(plain.parameters()).dtype == torch.float32
+    r = load_recipe("smoke", ["model.device=cpu", "model.dtype=bfloat16", "model.autocast=bf16",
+                              "model.gradient_checkpointing=true", "model.reference_device=cpu"])
+    m = place_policy(copy.deepcopy(model), r)
+    assert next(m.parameters()).dtype == torch.bfloat16 and autocast_dtype(m) == torch.bfloat16
+    assert checkpointing_enabled(m)
+    ref = new_reference(m, r)  # full fine-tuning: a frozen copy that keeps the settings
+    assert ref is not m and autocast_dtype(ref) == torch.bfloat16
+    assert not any(p.requires_grad for p in ref.parameters())
