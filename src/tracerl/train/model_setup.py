@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 
-from tracerl.errors import UserError
 from tracerl.models import lora
 from tracerl.models.device import resolve_device, role_devices
 from tracerl.models.precision import enable_gradient_checkpointing, set_autocast
