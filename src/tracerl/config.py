@@ -21,6 +21,7 @@ from tracerl.algorithms.spec import ALGORITHMS
 from tracerl.backend_config import RayConfig, check_backend
 from tracerl.errors import UserError
 from tracerl.rl_config import RLConfig, RLStageConfig, _Cfg
+from tracerl.placement_config import PlacementFields, placement_problem
 from tracerl.roles_config import RolesConfig
 from tracerl.envs_config import EnvEntry, MixtureConfig, check_envs
 from tracerl.serve.config import GatewayConfig
@@ -73,7 +74,7 @@ class TinyModelConfig(_Cfg):
         return self
 
 
-class ModelConfig(_Cfg):
+class ModelConfig(PlacementFields):
     path: str | None = None
     """Local directory of a Hugging Face causal LM and tokenizer; null builds the tiny model."""
     gguf_file: str | None = None
@@ -216,7 +217,7 @@ class Recipe(_Cfg):
         if self.rl.mode == "async" and self.roles.grader is not None:
             raise ValueError("roles.grader does not run in rl.mode: async yet (its rollouts are graded in the sync loop); "
                              "use rl.mode: sync")
-        problem = check_envs(self) or check_learner(self) or check_backend(self)
+        problem = check_envs(self) or check_learner(self) or check_backend(self) or placement_problem(self)
         if problem:
             raise ValueError(problem)
         if "rl" in self.stages and self.sampling.temperature <= 0:

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tracerl.placement_config import DEVICE_PATTERN
+
 
 class _Cfg(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
@@ -23,11 +25,15 @@ class CriticConfig(_Cfg):
     """Critic learning rate (AdamW, constant after a 3-step warm-up)."""
     pretrain_steps: int = Field(0, ge=0)
     """VAPO value pretraining: the first N RL steps train only the critic, on the SFT policy's rollouts."""
+    device: str | None = Field(None, pattern=DEVICE_PATTERN)
+    """Device of this role's model (auto, cpu, cuda, cuda:N); null is `model.device`."""
 
 
 class PRMConfig(_Cfg):
     lr: float = Field(1e-4, gt=0)
     """Learning rate of the implicit PRM π_φ (initialised from the policy at the start of RL)."""
+    device: str | None = Field(None, pattern=DEVICE_PATTERN)
+    """Device of this role's model (auto, cpu, cuda, cuda:N); null is `model.device`."""
 
 
 class TeacherConfig(_Cfg):
@@ -35,6 +41,8 @@ class TeacherConfig(_Cfg):
     """Teacher name; its metrics are `mopd/reverse_kl/<name>`."""
     path: str
     """A local HF causal LM with the run's vocabulary, e.g. `runs/<run>/checkpoints/step_N` of an earlier run."""
+    device: str | None = Field(None, pattern=DEVICE_PATTERN)
+    """Device of this role's model (auto, cpu, cuda, cuda:N); null is `model.device`."""
 
 
 class GraderConfig(_Cfg):
@@ -55,6 +63,8 @@ class GraderConfig(_Cfg):
     """Weight of the `judge` component in `replace` mode."""
     max_response_tokens: int = Field(256, ge=8)
     """Longer responses are cut to their last tokens (counted in `grader/response_cut`)."""
+    device: str | None = Field(None, pattern=DEVICE_PATTERN)
+    """Device of this role's model (auto, cpu, cuda, cuda:N); null is `model.device`."""
 
 
 class RolesConfig(_Cfg):

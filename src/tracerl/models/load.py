@@ -85,6 +85,10 @@ def _check_config_json(path: Path) -> None:
 def load_model_and_tokenizer(path: str | Path, *, gguf_file: str | None = None, dtype: str = "float32",
                              key: str = "model.path"):
     p = resolve_model_path(path, key=key)
+    from tracerl.models import lora
+
+    if lora.is_adapter_dir(p):  # a LoRA checkpoint: its base weights (lora_base.json) with the adapter on them
+        return lora.load_adapter_checkpoint(p, dtype=dtype)
     if not p.is_dir():
         raise UserError(f"model path {p} does not exist; set {key} to a local Hugging Face model directory"
                         + (", or null to build the tiny model" if key == "model.path" else ""))

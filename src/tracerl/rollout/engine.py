@@ -25,6 +25,7 @@ from collections.abc import Hashable, Sequence
 import torch
 
 from tracerl.algorithms.logprobs import process_logits  # noqa: F401  (the learner scores under the same)
+from tracerl.models.precision import forward_context
 from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next  # noqa: F401  (re-exported)
 
 
@@ -125,8 +126,9 @@ class TorchEngine:
         out_ent: list[list[float]] = [[] for _ in range(B)]
         finish = [""] * B
         self.model.eval()
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                         logits_to_keep=1)
+        with forward_context(self.model):  # bf16 autocast when model.autocast says so (models/precision.py)
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                             logits_to_keep=1)
         past, logits = self._cache_of(out), out.logits[:, -1, :]
         next_pos = positions[:, -1:] + 1
         for step in range(max(budgets)):
@@ -145,8 +147,9 @@ class TorchEngine:
             if all(finish):
                 break
             mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=mask.device)], dim=1)
-            out = self.model(input_ids=tok[:, None].to(self.device), attention_mask=mask, position_ids=next_pos,
-                             use_cache=True, **{self._cache_arg: past})
+            with forward_context(self.model):
+                out = self.model(input_ids=tok[:, None].to(self.device), attention_mask=mask, position_ids=next_pos,
+                                 use_cache=True, **{self._cache_arg: past})
             past, logits = self._cache_of(out), out.logits[:, -1, :]
             next_pos = next_pos + 1
         return [Sample(out_ids[i], out_lp[i], finish[i] or "length", out_ent[i]) for i in range(B)]

@@ -29,6 +29,7 @@ from collections.abc import Hashable, Sequence
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin  # transformers >= 4.56
 
+from tracerl.models.precision import forward_context
 from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next
 
 
@@ -144,8 +145,9 @@ class GenerationSession:
             mask[j, P + W - len(p):P + W] = True
         cursor.k, cursor.col = U, P
         eng.model.eval()
-        out = eng.model(input_ids=ids.to(dev), attention_mask=self._chunk_mask(mask, P, W), position_ids=pos.to(dev),
-                        use_cache=True, logits_to_keep=1, **{eng._cache_arg: cache})
+        with forward_context(eng.model):  # bf16 autocast when model.autocast says so
+            out = eng.model(input_ids=ids.to(dev), attention_mask=self._chunk_mask(mask, P, W),
+                            position_ids=pos.to(dev), use_cache=True, logits_to_keep=1, **{eng._cache_arg: cache})
         logits = out.logits[:, -1, :]
         layers = cache.layers
         self.stats["calls"] += 1
@@ -199,8 +201,9 @@ class GenerationSession:
             posn = (seq_len[live] + step)[:, None]
             cursor.k, cursor.col = k, col
             step_mask = mask[:k, None, None, :col + 1] if self._own_mask else mask[:k, :col + 1]
-            out = eng.model(input_ids=inp.to(dev), attention_mask=step_mask, position_ids=posn.to(dev),
-                            use_cache=True, logits_to_keep=1, **{eng._cache_arg: cache})
+            with forward_context(eng.model):
+                out = eng.model(input_ids=inp.to(dev), attention_mask=step_mask, position_ids=posn.to(dev),
+                                use_cache=True, logits_to_keep=1, **{eng._cache_arg: cache})
             logits = out.logits[:, -1, :]
             self.stats["row_forwards"] += k
             col += 1

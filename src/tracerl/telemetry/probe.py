@@ -48,7 +48,8 @@ def _learner_scores(model, prefixes, continuations, pad_id: int, temperature: fl
     for i, s in enumerate(seqs):
         ids[i, : len(s)] = torch.tensor(s)
         attn[i, : len(s)] = 1
-    logits = model(input_ids=ids, attention_mask=attn).logits.float()
+    dev = next(model.parameters()).device  # the learner's device (model.device); scores come back to CPU
+    logits = model(input_ids=ids.to(dev), attention_mask=attn.to(dev)).logits.float().cpu()
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
     logp = torch.log_softmax(logits, -1)

@@ -20,7 +20,10 @@ import torch
 
 from tracerl.algorithms.batch import Batch
 from tracerl.errors import UserError
+from tracerl.models.device import model_device
+from tracerl.models.precision import forward_context
 from tracerl.train.checkpoint import freeze
+from tracerl.train.model_setup import place_role
 from tracerl.train.optim import make_optimizer, warmup_constant
 from tracerl.train.roles import FrozenRole, score_actions
 
@@ -70,9 +73,10 @@ class CriticRole:
     provides = frozenset({"values"})
 
     def __init__(self, lm, *, lr: float, max_grad_norm: float, pretrain_steps: int):
-        decoder = _decoder(lm)
+        decoder, self.lm = _decoder(lm), lm
         with torch.random.fork_rng(devices=[]):  # building a role must not move the run's random stream (resume)
             head = torch.nn.Linear(lm.config.hidden_size, 1)
+        head = head.to(model_device(decoder))
         torch.nn.init.zeros_(head.weight)
         torch.nn.init.zeros_(head.bias)
         self.trained = _Trained(torch.nn.ModuleDict({"decoder": decoder, "head": head}), lr=lr,
@@ -81,10 +85,13 @@ class CriticRole:
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """`values_BT` with gradient, 0 off the ACTION tokens."""
-        m = self.trained.module
-        hidden = m["decoder"](input_ids=batch.ids_BT, attention_mask=batch.attn_BT).last_hidden_state
-        v = m["head"](hidden[:, :-1]).squeeze(-1)
-        v = torch.cat([torch.zeros_like(v[:, :1]), v], dim=1)
+        m, home = self.trained.module, batch.ids_BT.device
+        dev = model_device(m)
+        with forward_context(self.lm):
+            hidden = m["decoder"](input_ids=batch.ids_BT.to(dev), attention_mask=batch.attn_BT.to(dev),
+                                  use_cache=False).last_hidden_state
+            v = m["head"](hidden[:, :-1]).squeeze(-1).float()
+        v = torch.cat([torch.zeros_like(v[:, :1]), v], dim=1).to(home)
         return v * batch.action_BT
 
     @torch.no_grad()
@@ -156,14 +163,17 @@ def build_aux_roles(recipe, policy, state: dict | None, tokenizer=None) -> dict:
     if "critic" in declared:
         c = cfg.critic_or_default
         lm = copy.deepcopy(policy) if c.path is None else _load_lm(c.path, "roles.critic.path", tokenizer)
+        lm = place_role(lm, recipe, c.device, what="roles.critic.device")
         roles["critic"] = CriticRole(lm, lr=c.lr, max_grad_norm=recipe.rl.max_grad_norm, pretrain_steps=c.pretrain_steps)
     if "prm" in declared:
         p = cfg.prm_or_default
-        roles["prm"] = PRMRole(copy.deepcopy(policy), lr=p.lr, max_grad_norm=recipe.rl.max_grad_norm, temperature=temp)
+        lm = place_role(copy.deepcopy(policy), recipe, p.device, what="roles.prm.device")
+        roles["prm"] = PRMRole(lm, lr=p.lr, max_grad_norm=recipe.rl.max_grad_norm, temperature=temp)
     if "teachers" in declared:
         for t in cfg.teachers:
-            roles[f"teacher/{t.name}"] = TeacherRole(t.name, _load_lm(t.path, f"teacher {t.name!r} path", tokenizer),
-                                                     temperature=temp)
+            lm = place_role(_load_lm(t.path, f"teacher {t.name!r} path", tokenizer), recipe, t.device,
+                            what=f"roles.teachers ({t.name}) device")
+            roles[f"teacher/{t.name}"] = TeacherRole(t.name, lm, temperature=temp)
     for name, role in roles.items():
         if state and name in state and hasattr(role, "trained"):
             role.trained.load_state_dict(state[name])

@@ -1,5 +1,5 @@
-"""Checkpoints: the model and tokenizer in Hugging Face format plus `trainer_state.pt`, written
-atomically and verifiable.
+"""Checkpoints: the model and tokenizer in Hugging Face format (under LoRA: the adapter and a pointer
+to its base weights) plus `trainer_state.pt`, written atomically and verifiable.
 
 A checkpoint is written into a temporary directory beside its final place, every file is
 fsynced, a `MANIFEST.json` listing every file with its size and SHA-256 is written last, and the
@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_model, save_model
+
+from tracerl.models import lora
 
 REFERENCE_FILE = "reference.safetensors"
 MANIFEST = "MANIFEST.json"
@@ -57,8 +59,11 @@ def save_checkpoint(path: Path, model, tokenizer, *, state: dict[str, Any], refe
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    model.save_pretrained(tmp, safe_serialization=True)
-    if reference is not None:
+    if lora.is_lora(model):  # only the adapter, its config and a pointer to the base weights (models/lora.py)
+        lora.save_adapter(model, tmp)
+    else:
+        model.save_pretrained(tmp, safe_serialization=True)
+    if reference is not None and not isinstance(reference, lora.AdapterDisabled):  # LoRA's is the base: nothing to save
         save_model(reference, str(tmp / REFERENCE_FILE))
     tokenizer.save_pretrained(tmp)
     full = dict(state)
@@ -127,9 +132,12 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
 
 
 def load_reference(path: Path, model):
-    """The KL reference saved in checkpoint `path`, as a frozen copy of `model`; None if none was saved."""
+    """The KL reference saved in checkpoint `path`, as a frozen copy of `model`; None if none was saved.
+    Under LoRA the reference is `model` with its adapter disabled (nothing is saved for it)."""
     import copy
 
+    if lora.is_lora(model):
+        return lora.AdapterDisabled(model)
     file = path / REFERENCE_FILE
     if not file.exists():
         return None

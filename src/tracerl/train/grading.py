@@ -42,9 +42,14 @@ class GraderRole:
         self._cut = 0
 
     @classmethod
-    def build(cls, cfg: GraderConfig | None) -> GraderRole | None:
+    def build(cls, cfg: GraderConfig | None, *, default_device: str = "cpu") -> GraderRole | None:
+        """The grader of `cfg` on `cfg.device` (null: `default_device`, the recipe's model.device)."""
         if cfg is None:
             return None
+        from tracerl.models.device import resolve_device
+
+        device = resolve_device(cfg.device, default=default_device,
+                                what="roles.grader.device" if cfg.device else "model.device")
         try:
             grader = LearnedGrader.from_path(cfg.path, gguf_file=cfg.gguf_file, prompt=cfg.prompt or DEFAULT_PROMPT,
                                              threshold=cfg.threshold, max_response_tokens=cfg.max_response_tokens)
@@ -53,6 +58,7 @@ class GraderRole:
                             .replace("set model.gguf_file", "set roles.grader.gguf_file")) from None
         except ValueError as err:
             raise UserError(f"roles.grader: {err}") from None
+        grader.model.to(device)
         return cls(cfg, grader)
 
     def apply(self, trajs: list[Trajectory], tasks: list, tokenizer) -> None:

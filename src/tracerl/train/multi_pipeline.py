@@ -13,7 +13,6 @@ then `sft`, `eval` and `rl` in order. What differs:
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import time
@@ -35,7 +34,9 @@ from tracerl.tasks import build_pool
 from tracerl.tasks.attempts import engine_attempt_fn
 from tracerl.tasks.task import tasks_sha256
 from tracerl.telemetry import MetricLoggers
-from tracerl.train.checkpoint import freeze, load_reference, save_checkpoint
+from tracerl.models.device import model_device
+from tracerl.train.checkpoint import load_reference, save_checkpoint
+from tracerl.train.model_setup import check_model_setup, new_reference, place_policy
 from tracerl.train.demos import collect_demos, demo_texts, tokenize_demo
 from tracerl.train.multienv import EnvMixtureSampler, EnvRouter, resolve_routes, stage_envs
 from tracerl.train.run_common import (RunResult, _print_table, _quiet_transformers, _resume_point, _sandbox_revision,
@@ -66,10 +67,11 @@ def run_multi_recipe(recipe, *, resume: str | Path | None = None) -> RunResult:
     torch.manual_seed(recipe.run.seed)
     _quiet_transformers()
     rl_state, stages = None, list(recipe.stages)
+    check_model_setup(recipe)  # devices resolve here (model.lora is refused with envs: at load)
     if resume is not None:
         run = RunDir(resume)
         ckpt, saved, stages = _resume_point(run, recipe)
-        model, tokenizer = load_model_and_tokenizer(ckpt)
+        model, tokenizer = load_model_and_tokenizer(ckpt, dtype=recipe.model.dtype)
         torch.set_rng_state(saved["torch_rng"])
         rl_state = RLState(**{k: saved[k] for k in RLState.__dataclass_fields__ if k in saved})
         _say(f"resuming {run.path} from {ckpt.name} (policy version {rl_state.policy_version})")
@@ -114,7 +116,7 @@ def run_multi_recipe(recipe, *, resume: str | Path | None = None) -> RunResult:
         model_dir = build_tiny(run.path / "base_model", corpus, tags=tags, vocab_size=tiny.vocab_size,
                                hidden_size=tiny.hidden_size, num_layers=tiny.num_layers, num_heads=tiny.num_heads,
                                intermediate_size=tiny.intermediate_size, max_positions=tiny.max_positions, seed=seed)
-        model, tokenizer = load_model_and_tokenizer(model_dir)
+        model, tokenizer = load_model_and_tokenizer(model_dir, dtype=recipe.model.dtype)
         _say(f"built tiny model ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
              f"vocab {len(tokenizer)})")
     tokenizer.save_pretrained(run.path / "tokenizer")
@@ -139,7 +141,8 @@ def run_multi_recipe(recipe, *, resume: str | Path | None = None) -> RunResult:
         run.store.add_event("resume", f"resumed at RL step {rl_state.step}", stage="rl", step=rl_state.step,
                             payload={"config_sha256": sha256_text(config_yaml)})
 
-    engine = TorchEngine(model, tokenizer)
+    place_policy(model, recipe)  # model.device, autocast, gradient checkpointing
+    engine = TorchEngine(model, tokenizer, device=model_device(model))
     eval_sampling = {"temperature": recipe.eval.temperature, "top_p": recipe.eval.top_p, "top_k": 0}
     summary_path = run.path / "summary.json"
     evals: list[dict] = json.loads(summary_path.read_text())["evals"] if summary_path.exists() else []
@@ -235,7 +238,7 @@ def _start_stage(st, active, routes, state: RLState, *, run, engine, recipe, has
         state.roles_state = None
     if "reference" in st.recipe.rl.algorithm.roles():
         if not resumed and (reference["model"] is None or st.reset_reference):
-            reference["model"] = freeze(copy.deepcopy(model))
+            reference["model"] = new_reference(model, recipe)
         elif reference["model"] is None:
             raise UserError(f"the checkpoint of {run.path} holds no KL reference policy, so rl.algorithm.kl.coef > 0 "
                             "cannot resume it; resume with rl.algorithm.kl.coef=0 or start the run again")

@@ -8,7 +8,9 @@ import torch
 
 
 def make_optimizer(model, lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
+    """AdamW over the parameters that train: all of them, or only a LoRA adapter's (models/lora.py)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
 
 
 def warmup_cosine(optimizer, total_steps: int, warmup: int, *, floor: float = 0.1):

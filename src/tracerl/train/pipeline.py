@@ -7,7 +7,6 @@ protocol, and the before/after table compares them.
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from pathlib import Path
@@ -32,7 +31,9 @@ from tracerl.tasks.task import tasks_sha256
 from tracerl.telemetry import MetricLoggers
 from tracerl.faults import wrap_engine, wrap_spec
 from tracerl.sandbox.runtime import configure as configure_sandbox
-from tracerl.train.checkpoint import freeze, load_reference, save_checkpoint
+from tracerl.models.device import model_device
+from tracerl.train.checkpoint import load_reference, save_checkpoint
+from tracerl.train.model_setup import attach_lora_if_due, check_model_setup, new_reference, place_policy
 from tracerl.train.demos import collect_demos, demo_texts
 from tracerl.train.grading import GraderRole
 from tracerl.train.rl import RLState, train_rl
@@ -65,12 +66,14 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     _quiet_transformers()
     rl_state, stages, file_demos = None, list(recipe.stages), None
     configure_sandbox(recipe.sandbox)  # a runtime that cannot import its modules fails before anything is written
-    grader = GraderRole.build(recipe.roles.grader) if "rl" in stages else None  # a bad judge fails before any write
+    check_model_setup(recipe)  # devices, peft, LoRA targets (train/model_setup.py): before any write
+    grader = (GraderRole.build(recipe.roles.grader, default_device=recipe.model.device)
+              if "rl" in stages else None)  # a bad judge fails before any write
     episodes = gateway_rollout(recipe)  # an external agent through the gateway (a bad agent fails here), else the agent loop
     if resume is not None:
         run = RunDir(resume)
         ckpt, saved, stages = _resume_point(run, recipe)
-        model, tokenizer = load_model_and_tokenizer(ckpt)
+        model, tokenizer = load_model_and_tokenizer(ckpt, dtype=recipe.model.dtype)  # a LoRA one: base + adapter
         torch.set_rng_state(saved["torch_rng"])
         rl_state = RLState(**{k: saved[k] for k in RLState.__dataclass_fields__ if k in saved})
         _say(f"resuming {run.path} from {ckpt.name} (policy version {rl_state.policy_version})")
@@ -79,6 +82,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
         if recipe.model.path is not None:  # a bad path fails before anything is written
             model, tokenizer = load_model_and_tokenizer(recipe.model.path, gguf_file=recipe.model.gguf_file,
                                                         dtype=recipe.model.dtype)
+            attach_lora_if_due(model, tokenizer, recipe, stage="load")  # peft refusing the model fails here
         run = RunDir(recipe.run.dir, create=True) if recipe.run.dir else RunDir.new(recipe.run.root, recipe.run.name)
         _say(f"run directory: {run.path}")
     config_yaml = yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)
@@ -110,7 +114,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
         model_dir = build_tiny(run.path / "base_model", corpus, tags=spec.special_tokens, vocab_size=tiny.vocab_size,
                                hidden_size=tiny.hidden_size, num_layers=tiny.num_layers, num_heads=tiny.num_heads,
                                intermediate_size=tiny.intermediate_size, max_positions=tiny.max_positions, seed=seed)
-        model, tokenizer = load_model_and_tokenizer(model_dir)
+        model, tokenizer = load_model_and_tokenizer(model_dir, dtype=recipe.model.dtype)
         n_params = sum(p.numel() for p in model.parameters())
         _say(f"built tiny model ({n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}) in {time.time() - t0:.1f}s")
     tokenizer.save_pretrained(run.path / "tokenizer")
@@ -134,9 +138,10 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
         run.store.add_event("resume", f"resumed at RL step {rl_state.step}", stage="rl", step=rl_state.step,
                             payload={"config_sha256": sha256_text(config_yaml)})
 
+    place_policy(model, recipe)  # model.device, autocast, gradient checkpointing
     rl_episodes = ray_backend.backend_episodes(recipe, episodes, model=model, tokenizer=tokenizer, hashes=hashes,
                                                store=run.store)  # run.backend: ray plays them in a Ray actor
-    clean_engine = TorchEngine(model, tokenizer)
+    clean_engine = TorchEngine(model, tokenizer, device=model_device(model))
     engine = wrap_engine(clean_engine, recipe.faults)  # faults.engine_error: failing rows in training rollouts
     budgets = LoopBudgets.from_env(recipe.env)
     if hasattr(episodes, "span_log"):
@@ -176,6 +181,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     loggers = MetricLoggers(run, recipe.loggers, hparams=recipe.model_dump(mode="json"))
     log_rl = lambda m, s: loggers.log(m, stage="rl", step=s)  # noqa: E731
     for stage in stages:
+        attach_lora_if_due(model, tokenizer, recipe, stage=stage, run_path=run.path)  # the tiny model: after its SFT
         if stage in ("sft", "rft"):  # an rft stage is a rejection-sampled SFT pass (train/sft_stage.py)
             run_sft_stage("rejection" if stage == "rft" else recipe.sft.source, stage=stage, recipe=recipe, model=model,
                           tokenizer=tokenizer, engine=engine, spec=spec, demos=demos, train_tasks=train_tasks, run=run,
@@ -237,7 +243,7 @@ def _start_stage(st: RLStage, state: RLState, *, run: RunDir, engine: TorchEngin
         state.roles_state = None
     if "reference" in st.recipe.rl.algorithm.roles():
         if not resumed and (reference["model"] is None or st.reset_reference):
-            reference["model"] = freeze(copy.deepcopy(model))  # the policy at the stage start
+            reference["model"] = new_reference(model, recipe)  # the policy at the stage start (LoRA: adapter off)
         elif reference["model"] is None:
             raise UserError(f"the checkpoint of {run.path} holds no KL reference policy, so rl.algorithm.kl.coef > 0 "
                             "cannot resume it; resume with rl.algorithm.kl.coef=0 or start the run again")

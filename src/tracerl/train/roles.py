@@ -18,6 +18,9 @@ import torch
 from tracerl.algorithms.batch import Batch
 from tracerl.algorithms.logprobs import chunked_token_scores
 from tracerl.algorithms.spec import PolicyOutput
+from tracerl.models.device import batch_to, model_device
+from tracerl.models.lora import reference_view
+from tracerl.models.precision import forward_context
 from tracerl.train.optim import make_optimizer, warmup_constant
 
 
@@ -39,18 +42,31 @@ def score_actions(model, batch: Batch, *, temperature: float, top_p: float = 1.0
                   chunk_size: int = 1024) -> PolicyOutput:
     """Log-probs (processed and full) and entropies of the batch's ACTION tokens under `model`; 0 elsewhere.
 
-    Gradients flow when autograd is on. Position t's token is predicted from position t − 1.
+    Gradients flow when autograd is on. Position t's token is predicted from position t − 1. The batch
+    is moved to the model's device and the answer comes back on the batch's; the forward runs under the
+    model's autocast (`models/precision.py`) and without a KV cache (`use_cache=False`, which gradient
+    checkpointing needs).
     """
+    home = batch.ids_BT.device
+    batch = batch_to(batch, model_device(model))
+    with forward_context(model):
+        out = _score(model, batch, temperature=temperature, top_p=top_p, top_k=top_k, chunk_size=chunk_size)
+    if home == batch.ids_BT.device:
+        return out
+    return PolicyOutput(**{k: None if v is None else v.to(home) for k, v in vars(out).items()})
+
+
+def _score(model, batch: Batch, *, temperature: float, top_p: float, top_k: int, chunk_size: int) -> PolicyOutput:
     ids, attn = batch.ids_BT, batch.attn_BT
     sel = batch.action_BT[:, 1:] > 0
     targets = ids[:, 1:][sel]
     parts = _decoder_and_head(model)
     if parts is not None:
-        hidden = parts[0](input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1][sel]
+        hidden = parts[0](input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state[:, :-1][sel]
         logp, ent, full = chunked_token_scores(hidden, targets, lm_head=parts[1], chunk_size=chunk_size,
                                                temperature=temperature, top_p=top_p, top_k=top_k)
     else:
-        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1][sel]
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1][sel]
         logp, ent, full = chunked_token_scores(logits, targets, chunk_size=chunk_size, temperature=temperature,
                                                top_p=top_p, top_k=top_k)
 
@@ -97,7 +113,9 @@ class FrozenRole:
 
     @torch.no_grad()
     def logprobs(self, batch: Batch) -> torch.Tensor:
-        return score_actions(self.model, batch, temperature=self.temperature).full_logprobs_BT
+        model, ctx = reference_view(self.model)  # a frozen copy, or the policy with its LoRA adapter off
+        with ctx:
+            return score_actions(model, batch, temperature=self.temperature).full_logprobs_BT
 
 
 class Roles:

@@ -14,13 +14,18 @@ from tqdm import tqdm
 
 from tracerl.config import SFTConfig
 from tracerl.contract.roles import TokenRole
+from tracerl.models.device import model_device
+from tracerl.models.precision import forward_context
 from tracerl.train.batch import action_mask, pad_batch
 from tracerl.train.optim import make_optimizer, warmup_cosine
 
 
 def sft_loss(model, ids_BT: torch.Tensor, attn_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
-    """Mean negative log-likelihood of the masked (ACTION) target tokens."""
-    logits = model(input_ids=ids_BT, attention_mask=attn_BT).logits[:, :-1].float()
+    """Mean negative log-likelihood of the masked (ACTION) target tokens (on the model's device, under its autocast)."""
+    dev = model_device(model)
+    ids_BT, attn_BT, mask_BT = ids_BT.to(dev), attn_BT.to(dev), mask_BT.to(dev)
+    with forward_context(model):
+        logits = model(input_ids=ids_BT, attention_mask=attn_BT, use_cache=False).logits[:, :-1].float()
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids_BT[:, 1:], reduction="none")
     m = mask_BT[:, 1:]
     return (nll * m).sum() / m.sum().clamp_min(1)

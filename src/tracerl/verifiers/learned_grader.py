@@ -115,9 +115,10 @@ class LearnedGrader:
                 for b, (row, _) in enumerate(chunk):  # right padding: the last real token sees no pad
                     ids[b, :len(row)] = torch.tensor(row)
                     attn[b, :len(row)] = 1
-                logits = self.model(input_ids=ids, attention_mask=attn).logits
-                last = attn.sum(1) - 1
-                logp = torch.log_softmax(logits[torch.arange(len(chunk)), last].float(), dim=-1)
+                dev = next(self.model.parameters()).device  # the grader's own device (roles.grader.device)
+                logits = self.model(input_ids=ids.to(dev), attention_mask=attn.to(dev)).logits
+                last = (attn.sum(1) - 1).to(dev)
+                logp = torch.log_softmax(logits[torch.arange(len(chunk), device=dev), last].float(), dim=-1).cpu()
                 p_yes = torch.logsumexp(logp[:, self.yes_ids], -1)
                 p_no = torch.logsumexp(logp[:, self.no_ids], -1)
                 share = torch.sigmoid(p_yes - p_no)  # P(yes) / (P(yes) + P(no))

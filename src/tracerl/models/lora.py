@@ -1,0 +1,192 @@
+"""LoRA adapters through peft (`model.lora`; docs/training.md, "Devices, precision and LoRA").
+
+The adapter is injected into the policy module in place (`peft.get_peft_model`), so the engine, the
+learner and evaluation keep holding the same `model` object and see the adapted weights; the
+`PeftModel` wrapper is kept on the model (`peft_of`) for what only it does:
+- the KL reference is the same model with the adapter switched off (`AdapterDisabled`, scored under
+  `with peft_model.disable_adapter():`), so no second copy of the weights exists;
+- a checkpoint holds only the adapter (`adapter_model.safetensors`, `adapter_config.json`) and
+  `lora_base.json`, a pointer to the base weights it applies to: the `model.path` the run loaded, or,
+  for the tiny model, `<run>/lora_base/` — the SFT-trained weights the adapter was attached to;
+- `merged_model` folds the adapter into the base and returns a plain Hugging Face module
+  (`tracerl merge`).
+
+Only adapter parameters require gradients; the optimizer (`train/optim.py`) holds only those.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import torch
+
+from tracerl.errors import UserError
+
+_ATTR = "_tracerl_peft"
+POINTER = "lora_base.json"
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def require_peft():
+    try:
+        import peft
+    except ImportError:
+        raise UserError("model.lora needs the peft package, which is not installed; "
+                        "pip install 'tracerl[lora]' (or set model.lora=null)") from None
+    return peft
+
+
+def linear_module_names(model) -> set[str]:
+    """Last name parts of the linear layers LoRA can adapt (the output layer excluded)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return {name.rsplit(".", 1)[-1] for name, mod in model.named_modules()
+            if isinstance(mod, torch.nn.Linear) and mod is not head and name}
+
+
+def check_targets(cfg, model) -> None:
+    """One sentence (UserError) when `cfg.target_modules` names no linear layer of `model`."""
+    names = linear_module_names(model)
+    if not names:
+        raise UserError(f"model.lora: {type(model).__name__} has no linear layers peft can adapt; "
+                        "set model.lora=null to fine-tune every weight")
+    if cfg.target_modules == "all-linear":
+        return
+    unknown = sorted(set(cfg.target_modules) - names)
+    if unknown:
+        raise UserError(f"model.lora.target_modules names {', '.join(map(repr, unknown))}, which "
+                        f"{type(model).__name__} lacks; its linear layers are {', '.join(sorted(names))}")
+
+
+def peft_config(cfg):
+    peft = require_peft()
+    targets = cfg.target_modules if cfg.target_modules == "all-linear" else list(cfg.target_modules)
+    return peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=targets,
+                           task_type="CAUSAL_LM")
+
+
+def peft_of(model):
+    """The PeftModel wrapping `model`, or None when it has no adapter."""
+    return model.__dict__.get(_ATTR) if hasattr(model, "__dict__") else None
+
+
+def is_lora(model) -> bool:
+    return peft_of(model) is not None
+
+
+def _remember(model, peft_model, pointer: dict) -> None:
+    object.__setattr__(model, _ATTR, peft_model)  # not a submodule: parameters() must not see it twice
+    object.__setattr__(model, "_tracerl_lora_base", dict(pointer))
+
+
+def attach_lora(model, cfg, *, pointer: dict):
+    """Inject adapters into `model` in place (its weights frozen) and return it.
+
+    `pointer` says where the base weights live: {"path": ..., "gguf_file": ..., "dtype": ...}, a path
+    relative to a checkpoint's parent folder when `relative` is true."""
+    peft = require_peft()
+    check_targets(cfg, model)
+    try:
+        with warnings.catch_warnings():  # peft asks transformers a deprecated question (is_gradient_checkpointing)
+            warnings.simplefilter("ignore", FutureWarning)
+            wrapped = peft.get_peft_model(model, peft_config(cfg))
+    except (ValueError, TypeError, NotImplementedError) as err:
+        raise UserError(f"model.lora: peft cannot wrap {type(model).__name__} ({str(err)[:160]}); "
+                        "set model.lora=null to fine-tune every weight") from None
+    _remember(model, wrapped, pointer)
+    return model
+
+
+class AdapterDisabled:
+    """The KL reference under LoRA: the policy's own module scored with its adapter off (no weight copy)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def context(self):
+        return peft_of(self.model).disable_adapter()
+
+
+def reference_view(ref):
+    """(module to score, context to score it in) for a reference role: a frozen copy, or `AdapterDisabled`."""
+    import contextlib
+
+    if isinstance(ref, AdapterDisabled):
+        return ref.model, ref.context()
+    return ref, contextlib.nullcontext()
+
+
+def trainable_state(model) -> dict[str, torch.Tensor]:
+    """The adapter's tensors (peft's names), as saved in a checkpoint."""
+    peft = require_peft()
+    return peft.get_peft_model_state_dict(peft_of(model))
+
+
+def save_adapter(model, out: Path) -> None:
+    """Write the adapter, its config and the base pointer into `out` (a checkpoint being written)."""
+    wrapped = peft_of(model)
+    wrapped.save_pretrained(out, safe_serialization=True)
+    (out / POINTER).write_text(json.dumps(model.__dict__["_tracerl_lora_base"], indent=1, sort_keys=True))
+
+
+def is_adapter_dir(path: Path) -> bool:
+    path = Path(path)
+    return (path / ADAPTER_CONFIG).is_file() and (path / POINTER).is_file() and not (path / "config.json").is_file()
+
+
+def base_location(ckpt: Path) -> tuple[Path | str, dict]:
+    """Where the base weights of adapter checkpoint `ckpt` are, and the pointer itself."""
+    try:
+        pointer = json.loads((Path(ckpt) / POINTER).read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{ckpt / POINTER} is unreadable ({type(exc).__name__}); restore it from the run") from None
+    path = pointer.get("path")
+    if not isinstance(path, str):
+        raise UserError(f"{ckpt / POINTER} names no base model path; restore it from the run")
+    if pointer.get("relative"):
+        return (Path(ckpt).parent / path).resolve(), pointer
+    return path, pointer
+
+
+def load_adapter_checkpoint(ckpt: Path, *, dtype: str | None = None, trainable: bool = True):
+    """(model with the adapter injected, tokenizer) from an adapter-only checkpoint."""
+    from transformers import AutoTokenizer
+
+    from tracerl.models.load import load_model_and_tokenizer
+
+    peft = require_peft()
+    base_path, pointer = base_location(ckpt)
+    if isinstance(base_path, Path) and not base_path.is_dir():
+        raise UserError(f"the LoRA checkpoint {ckpt} applies to the base weights in {base_path}, which are missing; "
+                        "restore that folder (it is written once, when the adapter is attached)")
+    base, _ = load_model_and_tokenizer(base_path, gguf_file=pointer.get("gguf_file"),
+                                       dtype=dtype or pointer.get("dtype", "float32"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        wrapped = peft.PeftModel.from_pretrained(base, str(ckpt), is_trainable=trainable)
+    _remember(base, wrapped, pointer)
+    tokenizer = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return base, tokenizer
+
+
+def save_base(model, tokenizer, out: Path) -> None:
+    """The weights an adapter is attached to, as a plain HF model (the tiny model after SFT)."""
+    out = Path(out)
+    if out.exists():  # written once per run, when the adapter is attached
+        return
+    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    os.replace(tmp, out)
+
+
+def merged_model(model):
+    """A plain Hugging Face module: the adapter folded into (a copy of) the base weights."""
+    import copy
+
+    wrapped = copy.deepcopy(peft_of(model))
+    return wrapped.merge_and_unload()

@@ -1,0 +1,59 @@
+"""Mixed precision and gradient checkpointing for a model (`model.autocast`, `model.gradient_checkpointing`).
+
+`set_autocast(model, "bf16")` records the setting on the model (a plain attribute: deep copies made
+for the reference, critic or PRM inherit it); `forward_context(model)` is the context every model
+forward runs in — the rollout engine's prefill and decode steps, the learner's scoring, SFT, the
+critic — `torch.autocast(<the model's device type>, bfloat16)` when set, else nothing. Autocast
+covers forwards only: backward and the optimizer step run outside it, on weights kept in
+`model.dtype`. bf16 autocast works on CPU too, which is how it is tested here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from tracerl.models.device import model_device
+
+_ATTR = "_tracerl_autocast"
+DTYPES = {"bf16": torch.bfloat16}
+
+
+def set_autocast(model, mode: str | None):
+    object.__setattr__(model, _ATTR, DTYPES[mode] if mode else None)
+    return model
+
+
+def autocast_dtype(model) -> torch.dtype | None:
+    return model.__dict__.get(_ATTR) if hasattr(model, "__dict__") else None
+
+
+def forward_context(model):
+    """`torch.autocast` for `model`'s device when its autocast is set, else a no-op context."""
+    dtype = autocast_dtype(model)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=model_device(model).type, dtype=dtype)
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """Hugging Face activation checkpointing, non-reentrant (works when the inputs need no gradient,
+    as with LoRA's frozen embeddings). Only in train mode: the engine's eval-mode forwards keep their cache."""
+    ckpt = {"use_reentrant": False}
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        from tracerl.errors import UserError
+
+        raise UserError(f"{type(model).__name__} does not support gradient checkpointing; "
+                        "set model.gradient_checkpointing=false")
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x names it so
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=ckpt)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=ckpt)
+
+
+def checkpointing_enabled(model) -> bool:
+    fn = getattr(model, "is_activation_checkpointing", None)
+    if fn is None:
+        return bool(getattr(model, "is_gradient_checkpointing", False))
+    return bool(fn() if callable(fn) else fn)
