@@ -23,6 +23,7 @@ from tracerl.rl_config import RLConfig, RLStageConfig, _Cfg
 from tracerl.roles_config import RolesConfig
 from tracerl.envs_config import EnvEntry, MixtureConfig, check_envs
 from tracerl.serve.config import GatewayConfig
+from tracerl.rollout.engine_config import EngineConfig
 from tracerl.faults import FaultsConfig
 from tracerl.sandbox.runtime import SandboxConfig
 from tracerl.sft_config import RejectionConfig, SFTConfig, check_sft_source  # noqa: F401  (re-exported)
@@ -155,6 +156,8 @@ class Recipe(_Cfg):
     """Which environment and its budgets."""
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     """Rollout sampling parameters."""
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    """The rollout engine (torch, hf generate, vllm) and its own weight copy (docs/engines.md)."""
     sft: SFTConfig = Field(default_factory=SFTConfig)
     """Supervised cold start."""
     rl: RLConfig = Field(default_factory=RLConfig)
@@ -204,6 +207,13 @@ class Recipe(_Cfg):
             what = "gateway.agent" if self.gateway.agent else "envs:"
             raise ValueError(f"rl.mode: async rollout workers play the single env: environment in-process; "
                              f"{what} does not run under it yet; use rl.mode: sync")
+        if self.engine.name != "torch" and (self.envs or (self.gateway.agent and self.engine.name == "vllm")):
+            what = "envs:" if self.envs else "gateway.agent"
+            raise ValueError(f"engine.name {self.engine.name} does not run with {what} yet (it plays through the torch "
+                             "engine); set engine.name=torch or drop " + what)
+        if self.rl.mode == "async" and self.engine.name != "torch":
+            raise ValueError(f"rl.mode: async rollout workers run the torch engine; engine.name {self.engine.name} "
+                             "runs in rl.mode: sync only; set one or the other")
         if self.rl.mode == "async" and self.roles.grader is not None:
             raise ValueError("roles.grader does not run in rl.mode: async yet (its rollouts are graded in the sync loop); "
                              "use rl.mode: sync")

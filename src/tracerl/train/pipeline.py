@@ -25,6 +25,8 @@ from tracerl.eval.slices import report_slices
 from tracerl.manifest import build_manifest, sha256_text
 from tracerl.models import build_tiny, load_model_and_tokenizer, tokenizer_hashes
 from tracerl.rollout import LoopBudgets, TorchEngine
+from tracerl.rollout.engine_api import sync_weights
+from tracerl.rollout.engines import build_engine, engine_problem
 from tracerl.store import RunDir
 from tracerl.tasks import build_pool
 from tracerl.tasks.attempts import engine_attempt_fn
@@ -62,6 +64,8 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     _quiet_transformers()
     rl_state, stages, file_demos = None, list(recipe.stages), None
     configure_sandbox(recipe.sandbox)  # a runtime that cannot import its modules fails before anything is written
+    if engine_problem(recipe.engine):  # engine.name=vllm without vLLM or a GPU: one sentence, nothing written
+        raise UserError(engine_problem(recipe.engine))
     grader = GraderRole.build(recipe.roles.grader) if "rl" in stages else None  # a bad judge fails before any write
     episodes = gateway_rollout(recipe)  # an external agent through the gateway (a bad agent fails here), else the agent loop
     if resume is not None:
@@ -130,7 +134,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
         run.store.add_event("resume", f"resumed at RL step {rl_state.step}", stage="rl", step=rl_state.step,
                             payload={"config_sha256": sha256_text(config_yaml)})
 
-    clean_engine = TorchEngine(model, tokenizer)
+    clean_engine = build_engine(recipe.engine, model, tokenizer, seed=seed, max_model_len=recipe.env.max_tokens)
     engine = wrap_engine(clean_engine, recipe.faults)  # faults.engine_error: failing rows in training rollouts
     budgets = LoopBudgets.from_env(recipe.env)
     if hasattr(episodes, "span_log"):
@@ -170,6 +174,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     loggers = MetricLoggers(run, recipe.loggers, hparams=recipe.model_dump(mode="json"))
     log_rl = lambda m, s: loggers.log(m, stage="rl", step=s)  # noqa: E731
     for stage in stages:
+        sync_weights(clean_engine, model, version)  # an engine with its own weights sees what SFT changed
         if stage in ("sft", "rft"):  # an rft stage is a rejection-sampled SFT pass (train/sft_stage.py)
             run_sft_stage("rejection" if stage == "rft" else recipe.sft.source, stage=stage, recipe=recipe, model=model,
                           tokenizer=tokenizer, engine=engine, spec=spec, demos=demos, train_tasks=train_tasks, run=run,

@@ -1,0 +1,40 @@
+"""The recipe's `engine:` section: which rollout engine samples the policy (docs/engines.md)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from tracerl.rl_config import _Cfg
+
+_VLLM_ONLY = ("gpu_memory_utilization", "max_model_len", "enforce_eager")
+
+
+class EngineConfig(_Cfg):
+    name: Literal["torch", "hf", "vllm"] = "torch"
+    """`torch`: the built-in KV-cache engine on the learner's own module (a weight sync is a version bump);
+    `hf`: Hugging Face `model.generate` on a copy of the weights, synced after every update; `vllm`: an
+    in-process `vllm.LLM` (GPU only, `pip install 'tracerl[vllm]'`), synced by version without a restart."""
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    """dtype of the engine's own copy of the weights (`hf`, `vllm`); null: the learner's dtype
+    (`model.dtype`). A copy in another dtype than the learner's samples a slightly different policy,
+    which the engine probe (`gates.probe_logprob_diff_max`) measures."""
+    gpu_memory_utilization: float = Field(0.35, gt=0.0, le=0.95)
+    """`vllm`: share of the GPU's memory vLLM may take (weights + KV cache); the learner needs the rest."""
+    max_model_len: int | None = Field(None, ge=16)
+    """`vllm`: the longest sequence (prompt + completion) it serves; null: `env.max_tokens`."""
+    enforce_eager: bool = False
+    """`vllm`: no CUDA graphs (slower decoding, faster start-up and less memory)."""
+
+    @model_validator(mode="after")
+    def _keys_of_the_engine(self) -> EngineConfig:
+        if self.name == "torch" and self.dtype is not None:
+            raise ValueError("engine.dtype is the dtype of an engine's own weight copy (engine.name hf or vllm); the torch "
+                             "engine samples from the learner's module, so set model.dtype instead or unset engine.dtype")
+        if self.name != "vllm":
+            # by value, not by "was it set": a resolved config (config.yaml) round-trips
+            set_here = [k for k in _VLLM_ONLY if getattr(self, k) != type(self).model_fields[k].default]
+            if set_here:
+                raise ValueError(f"engine.{set_here[0]} applies to engine.name vllm only; unset it or set engine.name=vllm")
+        return self
