@@ -175,7 +175,8 @@ class Gateway:
         stops = tuple(dict.fromkeys([*self.stop_strings, *req.stops()]))
         t0 = time.time()
         try:
-            sample, version = self.worker.submit(prompt, budget, sampling, stops, req.seed)
+            sample, version = self.worker.submit(prompt, budget, sampling, stops, req.seed,
+                                                 tuple(int(t) for t in req.stop_token_ids or ()))
         except APIError:
             raise
         except Exception as err:
