@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
-
-from tracerl.rl_config import _Cfg
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 _VLLM_ONLY = ("gpu_memory_utilization", "max_model_len", "enforce_eager")
 
 
-class EngineConfig(_Cfg):
+class EngineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)  # as every section
+
     name: Literal["torch", "hf", "vllm"] = "torch"
     """`torch`: the built-in KV-cache engine on the learner's own module (a weight sync is a version bump);
     `hf`: Hugging Face `model.generate` on a copy of the weights, synced after every update; `vllm`: an
