@@ -23,6 +23,7 @@ def _recipe(run_dir, *extra):
                                  "rl.steps=2", "rl.prompts_per_step=2", "rl.group_size=2", "env.max_new_tokens=8",
                                  "rl.minibatches=1", "rl.truncation=keep", "rl.checkpoint_every=0",
                                  "rl.algorithm.kl.coef=0", "engine.name=hf", f"gates.probe_logprob_diff_max={LIMIT}",
+                                 "run.threads=1",
                                  *extra])
 
 
