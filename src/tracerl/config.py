@@ -25,6 +25,7 @@ from tracerl.placement_config import PlacementFields, placement_problem
 from tracerl.roles_config import RolesConfig
 from tracerl.envs_config import EnvEntry, MixtureConfig, check_envs
 from tracerl.serve.config import GatewayConfig
+from tracerl.rollout.engine_config import EngineConfig, check_engine
 from tracerl.faults import FaultsConfig
 from tracerl.learner_config import LearnerConfig, check_learner
 from tracerl.sandbox.runtime import SandboxConfig
@@ -161,6 +162,8 @@ class Recipe(_Cfg):
     """Which environment and its budgets."""
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     """Rollout sampling parameters."""
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    """The rollout engine (torch, hf generate, vllm) and its own weight copy (docs/engines.md)."""
     sft: SFTConfig = Field(default_factory=SFTConfig)
     """Supervised cold start."""
     rl: RLConfig = Field(default_factory=RLConfig)
@@ -217,7 +220,8 @@ class Recipe(_Cfg):
         if self.rl.mode == "async" and self.roles.grader is not None:
             raise ValueError("roles.grader does not run in rl.mode: async yet (its rollouts are graded in the sync loop); "
                              "use rl.mode: sync")
-        problem = check_envs(self) or check_learner(self) or check_backend(self) or placement_problem(self)
+        problem = (check_envs(self) or check_learner(self) or check_backend(self) or placement_problem(self)
+                   or check_engine(self))
         if problem:
             raise ValueError(problem)
         if "rl" in self.stages and self.sampling.temperature <= 0:

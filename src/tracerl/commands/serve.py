@@ -21,6 +21,8 @@ def register(sub) -> None:
     p.add_argument("--episode-timeout", type=float, default=600.0,
                    help="seconds an open episode may idle before it ends as wall_timeout")
     p.add_argument("--spans", default=None, help="append every call and episode record to this JSONL file")
+    p.add_argument("--accept-weights", action="store_true",
+                   help="accept POST /v1/weights?version=N (a trainer pushing new weights; rollout/remote_engine.py)")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.set_defaults(func=run)
 
@@ -58,7 +60,7 @@ def run(args) -> int:
                                env_name=env_name, tokenizer_hashes=tokenizer_hashes(tok))
     name = args.name or Path(str(args.model).rstrip("/")).name
     gw = Gateway(TorchEngine(model, tok), model_name=name, registry=registry, default_max_tokens=args.max_tokens,
-                 stop_strings=tuple(stops))
+                 stop_strings=tuple(stops), accept_weights=args.accept_weights)
     srv = ServerThread(gw, host=args.host, port=args.port)
     try:
         srv.start()

@@ -31,7 +31,8 @@ import torch
 from tracerl.contract import TerminalReason, TokenRole, Trajectory, ids_sha256, validate
 from tracerl.envs._verify import declared_verifier
 from tracerl.envs.base import EnvSpec
-from tracerl.rollout.engine import StatelessSession, TorchEngine
+from tracerl.rollout.engine import StatelessSession
+from tracerl.rollout.engine_api import Engine
 from tracerl.rollout.env_threads import EnvThread, run_all
 from tracerl.rollout.guard import Watchdog, generate_rows, infra_reason
 from tracerl.rollout.render import observation_bounds, render_observation, render_prompt
@@ -78,7 +79,7 @@ def _finish(ep: _Episode, spec: EnvSpec, reason: TerminalReason, components: dic
     ep.done = True
 
 
-def run_episodes(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], group_ids: list[str], *,
+def run_episodes(engine: Engine, spec: EnvSpec, tasks: list[Task], group_ids: list[str], *,
                  budgets: LoopBudgets, sampling: dict, policy_version: int, seed: int,
                  tokenizer_hashes: dict[str, str] | None = None,
                  generator: torch.Generator | None = None,
@@ -86,6 +87,9 @@ def run_episodes(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], group_id
                  concurrent_steps: bool = True, watchdog: Watchdog | None = None,
                  on_turn: Callable[[], int] | None = None) -> list[Trajectory]:
     """Play one episode per task (repeat a task to form a group) and return validated trajectories.
+
+    `engine` is any `Engine` (rollout/engine_api.py: torch, HF generate, vLLM, remote); an object with
+    only `generate` and `tokenizer` is played through a `StatelessSession`.
 
     `entropy_out`, when given, receives each trajectory's per-action-token entropy of the sampling
     distribution (a diagnostic, not part of the contract), keyed by trajectory id. With
@@ -118,7 +122,7 @@ def run_episodes(engine: TorchEngine, spec: EnvSpec, tasks: list[Task], group_id
     return trajs
 
 
-def _play(engine, spec: EnvSpec, tasks: list[Task], group_ids: list[str], *, budgets: LoopBudgets, sampling: dict,
+def _play(engine: Engine, spec: EnvSpec, tasks: list[Task], group_ids: list[str], *, budgets: LoopBudgets, sampling: dict,
           policy_version: int, seed: int, tokenizer_hashes, generator, entropy_out, concurrent_steps: bool,
           watchdog: Watchdog, on_turn: Callable[[], int] | None) -> list[Trajectory]:
     tok = engine.tokenizer

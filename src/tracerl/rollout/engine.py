@@ -27,6 +27,7 @@ import torch
 from tracerl.algorithms.logprobs import process_logits  # noqa: F401  (the learner scores under the same)
 from tracerl.models.precision import forward_context
 from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next  # noqa: F401  (re-exported)
+from tracerl.rollout.stops import StopRules
 
 
 class StatelessSession:
@@ -51,37 +52,37 @@ def _fast_session():
 class TorchEngine:
     """Samples continuations for a batch of token-id prompts with one shared KV cache.
 
-    `fast=False` makes `generate` and `open_session` use the plain reference loop.
+    `fast=False` makes `generate` and `open_session` use the plain reference loop. An `Engine`
+    (rollout/engine_api.py): built on the learner's own module (`owns_weights=False`, the default)
+    a weight sync is a version bump; built on a copy, `load_weights` copies the tensors in.
     """
 
-    def __init__(self, model, tokenizer, *, device: str | torch.device = "cpu", fast: bool = True):
+    def __init__(self, model, tokenizer, *, device: str | torch.device = "cpu", fast: bool = True,
+                 owns_weights: bool = False):
         self.model, self.tokenizer, self.device = model, tokenizer, torch.device(device)
         self.fast = fast
+        self.version, self._owns = 0, owns_weights
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self._stop_id_cache: dict[tuple[str, ...], set[int]] = {}
+        self._stops = StopRules(tokenizer)
         # transformers >= 5 names the KV cache `cache`; earlier versions `past_key_values`
         params = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
 
-    def _single_token_stops(self, stop_strings: tuple[str, ...]) -> set[int] | None:
-        """Token ids of stop strings that are whole tokens; None when some stop spans tokens."""
-        if stop_strings not in self._stop_id_cache:
-            vocab = self.tokenizer.get_vocab()
-            ids = {vocab[s] for s in stop_strings if s in vocab}
-            self._stop_id_cache[stop_strings] = ids if len(ids) == len(stop_strings) else None
-        return self._stop_id_cache[stop_strings]
+    @property
+    def owns_weights(self) -> bool:
+        return self._owns
+
+    def load_weights(self, state_dict, version: int) -> None:
+        """The learner's weights as `version`: copied into a model of its own, else only the version."""
+        if state_dict is not None:
+            if not self._owns:
+                raise ValueError("this TorchEngine shares the learner's module; sync it with load_weights(None, version)")
+            self.model.load_state_dict(state_dict)
+        self.version = int(version)
 
     def stop_rule(self, stop_strings: Sequence[str], stop_token_ids: Sequence[int]):
-        """A function (row's ids so far, new token) -> whether the row stops."""
-        stop_ids = set(stop_token_ids)
-        single = self._single_token_stops(tuple(stop_strings))
-        if single is not None:
-            stop_ids |= single
-        multi = tuple(stop_strings) if single is None else ()
-
-        def stops(ids: list[int], t: int) -> bool:
-            return t in stop_ids or bool(multi and self._ends_with_stop(ids, multi))
-        return stops
+        """A function (row's ids so far, new token) -> whether the row stops (rollout/stops.py)."""
+        return self._stops.rule(stop_strings, stop_token_ids)
 
     def open_session(self):
         """A generation session that keeps each row's KV cache across calls (turns).
@@ -156,7 +157,3 @@ class TorchEngine:
 
     def _cache_of(self, out):
         return getattr(out, "cache", None) if self._cache_arg == "cache" else out.past_key_values
-
-    def _ends_with_stop(self, ids: list[int], stop_strings: Sequence[str]) -> bool:
-        tail = self.tokenizer.decode(ids[-16:], skip_special_tokens=False)
-        return any(s in tail for s in stop_strings)

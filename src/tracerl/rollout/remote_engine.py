@@ -10,7 +10,9 @@ the weights serve on another (`vllm serve`, SGLang, `tracerl serve`), token in, 
 Weight-version tags: a server that reports `tracerl.policy_version` tags each sample with it;
 otherwise the version set by `set_version` (what the trainer last pushed) is used. With
 `expect_version`, a sample from any other version raises, so no stale sample is mistaken for
-current. Rows run concurrently (`max_concurrency` threads); stop strings and the EOS id travel
+current. `load_weights(state_dict, version)` pushes the learner's weights as safetensors to
+`POST {base_url}/weights?version=N` (a tracerl extension: `tracerl serve --accept-weights`); for
+another server push them its own way and call `set_version`. Rows run concurrently (`max_concurrency` threads); stop strings and the EOS id travel
 as `stop` / `stop_token_ids`.
 """
 
@@ -50,6 +52,30 @@ class RemoteEngine:
         """The weights version the server now holds (after a weight push); `expect` enforces it."""
         self.version = int(version)
         self.expect_version = self.version if expect else self.expect_version
+
+    owns_weights = True  # the server samples from weights of its own: a sync copies them, the probe checks them
+
+    def open_session(self):
+        from tracerl.rollout.engine import StatelessSession
+
+        return StatelessSession(self)  # the server sees every turn's full sequence (its prefix cache may help)
+
+    def load_weights(self, state_dict, version: int) -> None:
+        """Push `state_dict` (None: only the version) to the server and expect samples of `version` after it."""
+        if state_dict is not None:
+            from safetensors.torch import save
+
+            body = save({k: v.detach().to("cpu").clone() for k, v in state_dict.items()})
+            try:
+                r = self._http.post("/weights", params={"version": int(version)}, content=body,
+                                    headers={"Content-Type": "application/octet-stream"})
+            except httpx.HTTPError as err:
+                raise RemoteEngineError(f"{self.base_url} did not take the weights ({type(err).__name__}: {err})") from None
+            if r.status_code != 200:
+                raise RemoteEngineError(f"{self.base_url} refused the weights ({r.status_code}): {r.text[:200]}; start "
+                                        "`tracerl serve --accept-weights`, or push weights your server's way and call "
+                                        "set_version(version)")
+        self.set_version(version, expect=state_dict is not None or self.expect_version is not None)
 
     def close(self) -> None:
         self._http.close()

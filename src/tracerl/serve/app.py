@@ -2,7 +2,8 @@
 
 Routes: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions`; `POST /v1/episodes`
 (start), `GET /v1/episodes/{id}`, `POST /v1/episodes/{id}/finish` (a reward, a task id or an error),
-`GET /v1/episodes/{id}/trajectories`; `GET /health`. Handlers are plain functions, so FastAPI runs
+`GET /v1/episodes/{id}/trajectories`; `GET /health`; `POST /v1/weights?version=N` (a safetensors body: the
+trainer's new weights; only with `tracerl serve --accept-weights`). Handlers are plain functions, so FastAPI runs
 them on its thread pool and the engine worker batches whatever arrives together.
 """
 
@@ -53,6 +54,24 @@ def build_app(gateway: Gateway) -> FastAPI:
     @app.post("/v1/completions")
     def completions(body: CompletionRequest, request: Request) -> dict:
         return gateway.completion(body, request.headers)
+
+    @app.post("/v1/weights")
+    async def weights(request: Request, version: int) -> dict:
+        if not gateway.accept_weights:
+            raise APIError(403, "this server does not accept weight pushes; start it with --accept-weights",
+                           code="weights_refused")
+        from safetensors import SafetensorError
+        from safetensors.torch import load as load_safetensors
+
+        try:
+            state = load_safetensors(await request.body())
+        except (SafetensorError, ValueError, RuntimeError) as err:
+            raise APIError(400, f"the body is not a safetensors file ({err}); send safetensors.torch.save(state_dict)",
+                           param="weights") from None
+        from starlette.concurrency import run_in_threadpool
+
+        await run_in_threadpool(gateway.load_weights, state, version)  # waits for the batch in flight
+        return {"policy_version": gateway.policy_version, "tensors": len(state)}
 
     @app.post("/v1/episodes")
     def start(body: EpisodeStart) -> dict:

@@ -31,11 +31,13 @@ class EngineWorker:
         self._thread = threading.Thread(target=self._loop, name="tracerl-serve-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, prompt: list[int], budget: int, sampling: dict, stops: tuple[str, ...], seed: int | None):
-        """Blocks until sampled; returns (Sample, policy version)."""
+    def submit(self, prompt: list[int], budget: int, sampling: dict, stops: tuple[str, ...], seed: int | None,
+               stop_ids: tuple[int, ...] = ()):
+        """Blocks until sampled; returns (Sample, policy version). `stop_ids` end the row beside EOS."""
         fut: Future = Future()
-        key = None if seed is not None else (sampling["temperature"], sampling["top_p"], sampling["top_k"], stops)
-        self._q.put((key, prompt, budget, sampling, stops, seed, fut))
+        key = None if seed is not None else (sampling["temperature"], sampling["top_p"], sampling["top_k"], stops,
+                                             tuple(stop_ids))
+        self._q.put((key, prompt, budget, sampling, (stops, tuple(stop_ids)), seed, fut))
         return fut.result()
 
     def close(self) -> None:
@@ -71,13 +73,14 @@ class EngineWorker:
             self._run(batch)
 
     def _run(self, batch: list) -> None:
-        _, _, _, sampling, stops, seed, _ = batch[0]
+        _, _, _, sampling, (stops, stop_ids), seed, _ = batch[0]
         gen = torch.Generator().manual_seed(seed) if seed is not None else self._gen
+        stop_ids = list(dict.fromkeys([self.engine.tokenizer.eos_token_id, *stop_ids]))
         try:
             with self.lock:
                 version = self.policy_version
                 samples = self.engine.generate([b[1] for b in batch], max_new_tokens=[b[2] for b in batch],
-                                               stop_strings=stops, stop_token_ids=[self.engine.tokenizer.eos_token_id],
+                                               stop_strings=stops, stop_token_ids=stop_ids,
                                                generator=gen, **sampling)
             self.batches += 1
             self.rows += len(batch)

@@ -33,13 +33,15 @@ def _context_limit(engine) -> int:
 class Gateway:
     def __init__(self, engine, *, model_name: str = "tracerl", registry: EpisodeRegistry | None = None,
                  max_context: int | None = None, default_max_tokens: int = 256, stop_strings: tuple[str, ...] = (),
-                 sampling_override: dict | None = None, max_batch: int = 16, seed: int = 0):
+                 sampling_override: dict | None = None, max_batch: int = 16, seed: int = 0,
+                 accept_weights: bool = False):
         self.engine, self.tokenizer, self.model_name = engine, engine.tokenizer, model_name
         self.registry = registry or EpisodeRegistry()
         self.max_context = max_context or _context_limit(engine)
         self.default_max_tokens, self.stop_strings = default_max_tokens, tuple(stop_strings)
         self.sampling_override = sampling_override  # a trainer pins the sampling its learner scores under
         self.worker = EngineWorker(engine, max_batch=max_batch, seed=seed)
+        self.accept_weights = accept_weights  # POST /v1/weights (a trainer pushing new weights by version)
         self._sampled_text: dict[str, str] = {}  # tool call id -> the text the model sampled for it
         self.created = int(time.time())
 
@@ -51,6 +53,19 @@ class Gateway:
     def set_policy_version(self, version: int) -> None:
         """Tag later samples with `version`; waits for the batch in flight (weights change between batches)."""
         with self.worker.lock:
+            self.worker.policy_version = int(version)
+
+    def load_weights(self, state_dict, version: int) -> None:
+        """New weights for the engine's model, tagged `version`, between two batches (docs/engines.md)."""
+        model = self.engine.model
+        own = model.state_dict()
+        unknown = sorted(set(state_dict) - set(own))
+        if unknown or any(tuple(own[k].shape) != tuple(v.shape) for k, v in state_dict.items()):
+            bad = unknown[:1] or [k for k, v in state_dict.items() if tuple(own[k].shape) != tuple(v.shape)][:1]
+            raise bad_request(f"the pushed weights do not fit the served model (tensor {bad[0]!r}); push the "
+                              "state_dict of the model this server serves", param="weights")
+        with self.worker.lock:
+            model.load_state_dict(state_dict, strict=False)
             self.worker.policy_version = int(version)
 
     def close(self) -> None:
@@ -160,7 +175,8 @@ class Gateway:
         stops = tuple(dict.fromkeys([*self.stop_strings, *req.stops()]))
         t0 = time.time()
         try:
-            sample, version = self.worker.submit(prompt, budget, sampling, stops, req.seed)
+            sample, version = self.worker.submit(prompt, budget, sampling, stops, req.seed,
+                                                 tuple(int(t) for t in req.stop_token_ids or ()))
         except APIError:
             raise
         except Exception as err:

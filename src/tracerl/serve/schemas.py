@@ -60,6 +60,7 @@ class _Sampling(_Body):
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)  # vLLM extension
     stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None  # vLLM extension: token ids that end the completion (beside EOS)
     seed: int | None = None
     n: int = Field(1, ge=1)
     stream: bool = False

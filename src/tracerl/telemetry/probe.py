@@ -65,7 +65,9 @@ def run_probe(engine, model, prefixes: Sequence[Sequence[int]], *, max_new_token
               temperature: float = 1.0, seed: int = 0) -> dict[str, float]:
     """Greedy and sampled continuations of `prefixes` through `engine`, re-scored by `model`."""
     pad_id = engine.pad_id
-    greedy = engine.generate(prefixes, max_new_tokens=max_new_tokens, temperature=0.0)
+    # every draw from generators of its own: the probe leaves the run's random streams as they were
+    greedy = engine.generate(prefixes, max_new_tokens=max_new_tokens, temperature=0.0,
+                             generator=torch.Generator().manual_seed(seed))
     g_tokens = [s.token_ids for s in greedy]
     g_argmax, _ = _learner_scores(model, prefixes, g_tokens, pad_id, 1.0)
     gen = torch.Generator().manual_seed(seed)

@@ -174,7 +174,8 @@ def train_rl_async(model, tokenizer, engine, sampler, recipe: Recipe, *, spec, l
             state.step += 1
             pool.publish(state.policy_version, weights_blob(model))  # the workers' next turns use it
             metrics |= audits.metrics(state.step)
-            metrics |= probe.metrics(state.step, engine, model, admitted, recipe.sampling.temperature)
+            metrics |= probe.merge(probe.before_rl(engine, model, admitted, recipe.sampling.temperature),  # first step
+                                   probe.metrics(state.step, engine, model, admitted, recipe.sampling.temperature))
             state.sampler_state = sampler.state_dict()
             state.gate_state = gates.state_dict()
             state.roles_state, state.algorithm_state = roles.state_dict(), astate.state_dict()

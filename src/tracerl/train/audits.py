@@ -1,9 +1,12 @@
 """Checks replayed during training, so the gates that watch them see live numbers.
 
-Engine probe (`gates.probe_logprob_diff_max`): at the first step and every `gates.probe_every`
-steps after an update, fixed prefixes (the prompts of the first batch) are continued by the rollout
-engine and re-scored by the learner (`telemetry.probe`); `probe/logprob_absdiff_max` is the largest
-|engine − learner| log-prob — the training/inference mismatch a stale or drifting engine shows.
+Engine probe (`gates.probe_logprob_diff_max`): before the first update of an RL stage (the weights
+the first batch was sampled with), after every weight sync of an engine that holds its own weights
+(HF generate on a copy, vLLM, a remote server: rollout/engine_api.py `owns_weights`), and every
+`gates.probe_every` steps otherwise, fixed prefixes (the prompts of the first batch) are continued
+by the rollout engine and re-scored by the learner (`telemetry.probe`); `probe/logprob_absdiff_max`
+is the largest |engine − learner| log-prob — the training/inference mismatch a stale or drifting
+engine shows. When two probes fall in one step the worse numbers are logged.
 
 
 Every `gates.audit_every` steps the environment's audit set (`tracerl audit <env>`: adversarial
@@ -54,10 +57,19 @@ class ProbeReplay:
     def for_run(cls, gates: GatesConfig) -> ProbeReplay:
         return cls(gates.probe_every if gates.probe_logprob_diff_max is not None else None)
 
-    def metrics(self, step: int, engine, model, trajectories, temperature: float) -> dict[str, float]:
-        """Probe metrics at step 1 and every `every`-th step; nothing on the others."""
-        if self.every is None or not trajectories or (step != 1 and step % self.every):
+    def before_rl(self, engine, model, trajectories, temperature: float) -> dict[str, float]:
+        """The probe before the first update this replay sees (a fresh or a resumed stage); nothing later."""
+        if self.every is None or self.prefixes is not None or not trajectories:
             return {}
+        return self._run(0, engine, model, trajectories, temperature)
+
+    def metrics(self, step: int, engine, model, trajectories, temperature: float, *, synced: bool = False) -> dict[str, float]:
+        """Probe metrics after a weight sync that copied tensors (`synced`) and every `every`-th step; else nothing."""
+        if self.every is None or not trajectories or (not synced and step % self.every):
+            return {}
+        return self._run(step, engine, model, trajectories, temperature)
+
+    def _run(self, step: int, engine, model, trajectories, temperature: float) -> dict[str, float]:
         if self.prefixes is None:  # the prompts of the first batch, fixed for the whole run
             from tracerl.contract import TokenRole
 
@@ -65,3 +77,11 @@ class ProbeReplay:
         from tracerl.telemetry.probe import run_probe
 
         return run_probe(engine, model, self.prefixes, max_new_tokens=8, temperature=temperature, seed=step)
+
+    @staticmethod
+    def merge(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+        """Two probes of one step: the larger differences and the lower agreement."""
+        out = {**a, **b}
+        for k in set(a) & set(b):
+            out[k] = min(a[k], b[k]) if k == "probe/token_agreement" else max(a[k], b[k])
+        return out

@@ -24,6 +24,8 @@ from tracerl.eval.slices import report_slices
 from tracerl.manifest import build_manifest, sha256_text
 from tracerl.models import build_tiny, load_model_and_tokenizer, tokenizer_hashes
 from tracerl.rollout import LoopBudgets, TorchEngine
+from tracerl.rollout.engine_api import sync_weights
+from tracerl.rollout.engines import build_engine, engine_problem
 from tracerl.store import RunDir
 from tracerl.tasks import build_pool
 from tracerl.tasks.attempts import engine_attempt_fn
@@ -67,6 +69,8 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     rl_state, stages, file_demos = None, list(recipe.stages), None
     configure_sandbox(recipe.sandbox)  # a runtime that cannot import its modules fails before anything is written
     check_model_setup(recipe)  # devices, peft, LoRA targets (train/model_setup.py): before any write
+    if engine_problem(recipe.engine):  # engine.name=vllm without vLLM or a GPU: one sentence, nothing written
+        raise UserError(engine_problem(recipe.engine))
     grader = (GraderRole.build(recipe.roles.grader, default_device=recipe.model.device)
               if "rl" in stages else None)  # a bad judge fails before any write
     episodes = gateway_rollout(recipe)  # an external agent through the gateway (a bad agent fails here), else the agent loop
@@ -141,7 +145,8 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     place_policy(model, recipe)  # model.device, autocast, gradient checkpointing
     rl_episodes = ray_backend.backend_episodes(recipe, episodes, model=model, tokenizer=tokenizer, hashes=hashes,
                                                store=run.store)  # run.backend: ray plays them in a Ray actor
-    clean_engine = TorchEngine(model, tokenizer, device=model_device(model))
+    clean_engine = build_engine(recipe.engine, model, tokenizer, seed=seed, max_model_len=recipe.env.max_tokens,
+                                device=model_device(model))
     engine = wrap_engine(clean_engine, recipe.faults)  # faults.engine_error: failing rows in training rollouts
     budgets = LoopBudgets.from_env(recipe.env)
     if hasattr(episodes, "span_log"):
@@ -182,6 +187,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     log_rl = lambda m, s: loggers.log(m, stage="rl", step=s)  # noqa: E731
     for stage in stages:
         attach_lora_if_due(model, tokenizer, recipe, stage=stage, run_path=run.path)  # the tiny model: after its SFT
+        sync_weights(clean_engine, model, version)  # an engine with its own weights sees what SFT changed
         if stage in ("sft", "rft"):  # an rft stage is a rejection-sampled SFT pass (train/sft_stage.py)
             run_sft_stage("rejection" if stage == "rft" else recipe.sft.source, stage=stage, recipe=recipe, model=model,
                           tokenizer=tokenizer, engine=engine, spec=spec, demos=demos, train_tasks=train_tasks, run=run,

@@ -23,6 +23,7 @@ from tracerl.algorithms.spec import StepContext
 from tracerl.config import Recipe
 from tracerl.contract import Trajectory
 from tracerl.rollout import TorchEngine, run_episodes
+from tracerl.rollout.engine_api import sync_weights
 from tracerl.store.credit import per_trajectory, record_credit
 from tracerl.tasks import Sampler, next_groups
 from tracerl.telemetry import GateTripped, step_metrics
@@ -140,6 +141,7 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
         store.add_trajectories([t for t in generated if t.trajectory_id not in kept], stage="rl_filtered",
                                step=state.step)
         metrics: dict[str, float] = {}
+        before = probe.before_rl(engine, model, trajs, recipe.sampling.temperature)  # the first step: weights as sampled
         t1 = time.time()
         if trajs:
             ent = [entropy[t.trajectory_id] for t in trajs]
@@ -170,8 +172,10 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
             metrics |= spec.step_metrics(trajs, generated)
         state.policy_version += 1
         state.step += 1
+        synced = sync_weights(engine, model, state.policy_version)  # an engine with its own weights copies them
         metrics |= audits.metrics(state.step)
-        metrics |= probe.metrics(state.step, engine, model, trajs, recipe.sampling.temperature)
+        metrics |= probe.merge(before, probe.metrics(state.step, engine, model, trajs, recipe.sampling.temperature,
+                                                     synced=synced))
         state.sampler_state = sampler.state_dict()
         state.gate_state = gates.state_dict()
         state.generator_state = gen.get_state()

@@ -1,0 +1,58 @@
+"""The recipe's `engine:` section: which rollout engine samples the policy (docs/engines.md)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+_VLLM_ONLY = ("gpu_memory_utilization", "max_model_len", "enforce_eager")
+
+
+class EngineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)  # as every section
+
+    name: Literal["torch", "hf", "vllm"] = "torch"
+    """`torch`: the built-in KV-cache engine on the learner's own module (a weight sync is a version bump);
+    `hf`: Hugging Face `model.generate` on a copy of the weights, synced after every update; `vllm`: an
+    in-process `vllm.LLM` (GPU only, `pip install 'tracerl[vllm]'`), synced by version without a restart."""
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    """dtype of the engine's own copy of the weights (`hf`, `vllm`); null: the learner's dtype
+    (`model.dtype`). A copy in another dtype than the learner's samples a slightly different policy,
+    which the engine probe (`gates.probe_logprob_diff_max`) measures."""
+    gpu_memory_utilization: float = Field(0.35, gt=0.0, le=0.95)
+    """`vllm`: share of the GPU's memory vLLM may take (weights + KV cache); the learner needs the rest."""
+    max_model_len: int | None = Field(None, ge=16)
+    """`vllm`: the longest sequence (prompt + completion) it serves; null: `env.max_tokens`."""
+    enforce_eager: bool = False
+    """`vllm`: no CUDA graphs (slower decoding, faster start-up and less memory)."""
+
+    @model_validator(mode="after")
+    def _keys_of_the_engine(self) -> EngineConfig:
+        if self.name == "torch" and self.dtype is not None:
+            raise ValueError("engine.dtype is the dtype of an engine's own weight copy (engine.name hf or vllm); the torch "
+                             "engine samples from the learner's module, so set model.dtype instead or unset engine.dtype")
+        if self.name != "vllm":
+            # by value, not by "was it set": a resolved config (config.yaml) round-trips
+            set_here = [k for k in _VLLM_ONLY if getattr(self, k) != type(self).model_fields[k].default]
+            if set_here:
+                raise ValueError(f"engine.{set_here[0]} applies to engine.name vllm only; unset it or set engine.name=vllm")
+        return self
+
+
+def check_engine(recipe) -> str | None:
+    """One sentence naming what an engine other than torch does not run with yet, or None."""
+    name = recipe.engine.name
+    if name == "torch":
+        return None
+    model = recipe.model
+    what = ("envs:" if recipe.envs else "gateway.agent" if recipe.gateway.agent and name == "vllm" else
+            "rl.mode: async" if recipe.rl.mode == "async" else
+            "run.backend: ray" if recipe.run.backend == "ray" else
+            "model.lora" if getattr(model, "lora", None) is not None else
+            "model.autocast" if getattr(model, "autocast", None) else
+            "learner.ranks > 1" if recipe.learner.ranks > 1 else None)
+    if what is None:
+        return None
+    return (f"engine.name {name} does not run with {what} yet (those play or train through the torch engine on the "
+            f"learner's module); set engine.name=torch or drop {what}")

@@ -1,0 +1,41 @@
+"""Build the rollout engine a recipe's `engine:` section names (rollout/engine_config.py, docs/engines.md)."""
+
+from __future__ import annotations
+
+from tracerl.errors import UserError
+from tracerl.rollout.engine import TorchEngine
+
+
+def engine_problem(cfg) -> str | None:
+    """Why `cfg` cannot run on this machine (one sentence), or None; checked before a run writes anything."""
+    if cfg.name == "vllm":
+        from tracerl.rollout.vllm_engine import vllm_problem
+
+        return vllm_problem()
+    return None
+
+
+def build_engine(cfg, model, tokenizer, *, seed: int = 0, max_model_len: int = 4096, device=None):
+    """The engine of `cfg` over the learner `model` (the torch engine shares it, on `device`, default the
+    CPU; hf copies it where it lies; vllm loads its own)."""
+    problem = engine_problem(cfg)
+    if problem:
+        raise UserError(problem)
+    if cfg.name == "torch":
+        return TorchEngine(model, tokenizer, device=device or "cpu")
+    if cfg.name == "hf":
+        from tracerl.rollout.hf_engine import HFGenerateEngine
+
+        return HFGenerateEngine.from_learner(model, tokenizer, dtype=cfg.dtype)
+    from tracerl.rollout.vllm_engine import VLLMEngine
+
+    model_dir = getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None)
+    if not model_dir:
+        raise UserError("engine.name=vllm loads the model from a directory and this model has none; "
+                        "give model.path (a local Hugging Face model directory)")
+    dtype = cfg.dtype or str(next(model.parameters()).dtype).removeprefix("torch.")
+    engine = VLLMEngine.build(model_dir, tokenizer, dtype=dtype, seed=seed,
+                              gpu_memory_utilization=cfg.gpu_memory_utilization,
+                              max_model_len=cfg.max_model_len or max_model_len, enforce_eager=cfg.enforce_eager)
+    engine.load_weights(model.state_dict(), 0)  # the learner's weights, whatever the directory holds
+    return engine
