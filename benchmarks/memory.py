@@ -27,29 +27,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from loss_memory import _reset_peak, _status_kb  # the same RSS probes (benchmarks/ is sys.path[0])
 
 VARIANTS = {"full": (False, False), "checkpointing": (True, False), "lora": (False, True),
             "lora+checkpointing": (True, True)}
-
-
-def _status_kb(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def _batch(args, vocab: int, pad_id: int):

@@ -27,7 +27,7 @@ import torch
 from tracerl.algorithms.logprobs import process_logits  # noqa: F401  (the learner scores under the same)
 from tracerl.models.precision import forward_context
 from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next  # noqa: F401  (re-exported)
-from tracerl.rollout.stops import StopRules
+from tracerl.rollout.stops import StopRules, row_budgets
 
 
 class StatelessSession:
@@ -110,7 +110,7 @@ class TorchEngine:
                            generator: torch.Generator | None = None) -> list[Sample]:
         """The plain loop every faster path must reproduce (same tokens, same log-probs)."""
         B = len(prompts)
-        budgets = [max_new_tokens] * B if isinstance(max_new_tokens, int) else list(max_new_tokens)
+        budgets = row_budgets(max_new_tokens, B)
         uniforms = draw_uniforms(B, max(budgets), generator)
         L = max(len(p) for p in prompts)
         ids = torch.full((B, L), self.pad_id, dtype=torch.long)

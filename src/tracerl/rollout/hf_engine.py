@@ -33,7 +33,7 @@ import torch
 
 from tracerl.algorithms.logprobs import process_logits
 from tracerl.rollout.sampling import Sample
-from tracerl.rollout.stops import StopRules
+from tracerl.rollout.stops import StopRules, row_budgets
 
 
 class _RowStops:
@@ -104,7 +104,7 @@ class HFGenerateEngine:
         from transformers import GenerationConfig, StoppingCriteriaList
 
         B = len(prompts)
-        budgets = [max_new_tokens] * B if isinstance(max_new_tokens, int) else [int(b) for b in max_new_tokens]
+        budgets = row_budgets(max_new_tokens, B)
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
         dev = self.device
         L = max(len(p) for p in prompts)

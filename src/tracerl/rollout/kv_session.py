@@ -27,6 +27,8 @@ import functools
 from collections.abc import Hashable, Sequence
 
 import torch
+
+from tracerl.rollout.stops import row_budgets
 from transformers.cache_utils import Cache, CacheLayerMixin  # transformers >= 4.56
 
 from tracerl.models.precision import forward_context
@@ -100,7 +102,7 @@ class GenerationSession:
                  generator: torch.Generator | None = None) -> list[Sample]:
         eng, dev = self.engine, self.engine.device
         B = len(sequences)
-        budgets = [max_new_tokens] * B if isinstance(max_new_tokens, int) else list(max_new_tokens)
+        budgets = row_budgets(max_new_tokens, B)
         R = max(budgets)
         uniforms = draw_uniforms(B, R, generator)
         stops = eng.stop_rule(stop_strings, stop_token_ids)

@@ -37,3 +37,8 @@ class StopRules:
     def ends_with_stop(self, ids: list[int], stop_strings: Sequence[str]) -> bool:
         tail = self.tokenizer.decode(ids[-16:], skip_special_tokens=False)
         return any(s in tail for s in stop_strings)
+
+
+def row_budgets(max_new_tokens: int | Sequence[int], rows: int) -> list[int]:
+    """`max_new_tokens` as one budget per row (an engine's `generate` takes an int or one per row)."""
+    return [int(max_new_tokens)] * rows if isinstance(max_new_tokens, int) else [int(b) for b in max_new_tokens]

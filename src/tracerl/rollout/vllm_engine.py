@@ -37,7 +37,7 @@ import torch
 
 from tracerl.errors import UserError
 from tracerl.rollout.sampling import Sample
-from tracerl.rollout.stops import StopRules
+from tracerl.rollout.stops import StopRules, row_budgets
 
 
 def vllm_problem() -> str | None:
@@ -108,7 +108,7 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         B = len(prompts)
-        budgets = [max_new_tokens] * B if isinstance(max_new_tokens, int) else [int(b) for b in max_new_tokens]
+        budgets = row_budgets(max_new_tokens, B)
         seeds = torch.randint(0, 2**31 - 1, (B,), generator=generator).tolist()
         greedy = temperature == 0.0
         params = [SamplingParams(max_tokens=b, temperature=float(temperature), top_p=1.0 if greedy else float(top_p),
