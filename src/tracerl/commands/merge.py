@@ -25,6 +25,7 @@ def register(sub) -> None:
 
 def merge_checkpoint(checkpoint: str | Path, out: str | Path) -> Path:
     from tracerl.models import lora
+    from tracerl.models.load import load_adapter_checkpoint
 
     ckpt, out = Path(checkpoint), Path(out)
     if not ckpt.is_dir():
@@ -34,7 +35,7 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path) -> Path:
                         "fine-tuning checkpoint is already a plain Hugging Face model")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {out} already exists and is not an empty folder; choose a new folder")
-    model, tokenizer = lora.load_adapter_checkpoint(ckpt, trainable=False)
+    model, tokenizer = load_adapter_checkpoint(ckpt, trainable=False)
     merged = lora.merged_model(model)
     out.mkdir(parents=True, exist_ok=True)
     merged.save_pretrained(out, safe_serialization=True)

@@ -9,6 +9,7 @@ quantizer attached), so checkpoints save in ordinary Hugging Face format and rel
 from __future__ import annotations
 
 import hashlib
+import warnings
 from pathlib import Path
 
 import torch
@@ -88,7 +89,7 @@ def load_model_and_tokenizer(path: str | Path, *, gguf_file: str | None = None, 
     from tracerl.models import lora
 
     if lora.is_adapter_dir(p):  # a LoRA checkpoint: its base weights (lora_base.json) with the adapter on them
-        return lora.load_adapter_checkpoint(p, dtype=dtype)
+        return load_adapter_checkpoint(p, dtype=dtype)
     if not p.is_dir():
         raise UserError(f"model path {p} does not exist; set {key} to a local Hugging Face model directory"
                         + (", or null to build the tiny model" if key == "model.path" else ""))
@@ -131,3 +132,26 @@ def model_sha256(model) -> str:
         h.update(name.encode())
         h.update(t.detach().float().cpu().numpy().tobytes())
     return h.hexdigest()
+
+
+def load_adapter_checkpoint(ckpt: Path, *, dtype: str | None = None, trainable: bool = True):
+    """(model with the adapter injected, tokenizer) from an adapter-only checkpoint."""
+    from transformers import AutoTokenizer
+
+    from tracerl.models.lora import _remember, base_location, require_peft
+
+    peft = require_peft()
+    base_path, pointer = base_location(ckpt)
+    if isinstance(base_path, Path) and not base_path.is_dir():
+        raise UserError(f"the LoRA checkpoint {ckpt} applies to the base weights in {base_path}, which are missing; "
+                        "restore that folder (it is written once, when the adapter is attached)")
+    base, _ = load_model_and_tokenizer(base_path, gguf_file=pointer.get("gguf_file"),
+                                       dtype=dtype or pointer.get("dtype", "float32"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        wrapped = peft.PeftModel.from_pretrained(base, str(ckpt), is_trainable=trainable)
+    _remember(base, wrapped, pointer)
+    tokenizer = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return base, tokenizer

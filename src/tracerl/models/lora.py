@@ -150,29 +150,6 @@ def base_location(ckpt: Path) -> tuple[Path | str, dict]:
     return path, pointer
 
 
-def load_adapter_checkpoint(ckpt: Path, *, dtype: str | None = None, trainable: bool = True):
-    """(model with the adapter injected, tokenizer) from an adapter-only checkpoint."""
-    from transformers import AutoTokenizer
-
-    from tracerl.models.load import load_model_and_tokenizer
-
-    peft = require_peft()
-    base_path, pointer = base_location(ckpt)
-    if isinstance(base_path, Path) and not base_path.is_dir():
-        raise UserError(f"the LoRA checkpoint {ckpt} applies to the base weights in {base_path}, which are missing; "
-                        "restore that folder (it is written once, when the adapter is attached)")
-    base, _ = load_model_and_tokenizer(base_path, gguf_file=pointer.get("gguf_file"),
-                                       dtype=dtype or pointer.get("dtype", "float32"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        wrapped = peft.PeftModel.from_pretrained(base, str(ckpt), is_trainable=trainable)
-    _remember(base, wrapped, pointer)
-    tokenizer = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return base, tokenizer
-
-
 def save_base(model, tokenizer, out: Path) -> None:
     """The weights an adapter is attached to, as a plain HF model (the tiny model after SFT)."""
     out = Path(out)
