@@ -48,10 +48,9 @@ def check_backend(recipe) -> str | None:
         return f"run.backend: ray does not run {what} yet (its rollouts play in the trainer's process); use run.backend: local"
     model = recipe.model
     held = ("model.lora" if getattr(model, "lora", None) is not None else
-            "model.autocast" if getattr(model, "autocast", None) else
-            "model.dtype bfloat16" if model.dtype != "float32" else None)
-    if held:  # the actor rebuilds a plain float32 model from the learner's state_dict
-        return (f"run.backend: ray does not run {held} yet (the rollout actor rebuilds a plain float32 model from the "
+            "model.autocast" if getattr(model, "autocast", None) else None)
+    if held:  # the actor rebuilds the plain architecture from the learner's state_dict (no adapter, no autocast)
+        return (f"run.backend: ray does not run {held} yet (the rollout actor rebuilds the plain model from the "
                 f"learner's weights, so its samples would not be the policy's); drop {held} or use run.backend: local")
     workers = recipe.rl.rollout_workers if recipe.rl.mode == "async" else 1
     if ray.address is None and workers * ray.num_cpus_per_worker > ray.num_cpus:

@@ -141,8 +141,7 @@ def test_ray_worker_answers_the_worker_calls(tiny, ray_local):
                                  ["run.backend=ray", "roles.grader={path: /x}"],
                                  ["run.backend=ray", "gateway.agent=x:y"],
                                  ["run.backend=ray", "model.lora.r=8"],  # the actor rebuilds a plain fp32 model
-                                 ["run.backend=ray", "model.autocast=bf16"],
-                                 ["run.backend=ray", "model.dtype=bfloat16"]])
+                                 ["run.backend=ray", "model.autocast=bf16"]])
 def test_backend_keys_are_checked_at_load(bad):
     if "ray.num_gpus_per_worker=1" in bad and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")

@@ -206,13 +206,24 @@ class WorkerSettings:
     partial_rollouts: bool = True
     threads: int = 1
     device: str = "cpu"  # where the worker's model and engine run (a Ray actor given a GPU: "cuda")
+    dtype: str = "float32"  # the learner's parameter dtype: the worker samples the same weights, not an upcast copy
+
+
+def param_dtype(model) -> str:
+    """`model`'s parameter dtype as WorkerSettings takes it ("float32", "bfloat16", ...)."""
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
+
+
+def worker_model(settings: WorkerSettings):
+    """The worker's own copy of the policy's architecture, in the learner's dtype, on its device."""
+    return settings.model_class(settings.model_config).to(device=settings.device, dtype=getattr(torch, settings.dtype))
 
 
 def _worker_main(worker_id: int, settings: WorkerSettings, inbox, outbox) -> None:
     torch.set_num_threads(settings.threads)
     from tracerl.faults import FaultsConfig, wrap_engine
 
-    model = settings.model_class(settings.model_config).to(settings.device)
+    model = worker_model(settings)
     model.eval()
     runner = Runner(model, settings.tokenizer, settings.spec.build(), generator_seed=settings.generator_seed,
                     tokenizer_hashes=settings.tokenizer_hashes, device=settings.device)

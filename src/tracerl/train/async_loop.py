@@ -30,7 +30,7 @@ from tracerl.algorithms.spec.terms import Decoupled
 from tracerl.config import Recipe
 from tracerl.contract.serialize import from_dict, to_dict
 from tracerl.rollout.worker_pool import WorkerPool
-from tracerl.rollout.workers import ProcessWorker, RolloutJob, RolloutResult, SpecRef, WorkerSettings, weights_blob
+from tracerl.rollout.workers import ProcessWorker, RolloutJob, RolloutResult, SpecRef, WorkerSettings, param_dtype, weights_blob
 from tracerl.store.credit import per_trajectory, record_credit
 from tracerl.tasks import next_groups
 from tracerl.telemetry import GateTripped, step_metrics
@@ -69,7 +69,7 @@ def process_workers(model, tokenizer, recipe: Recipe, spec_ref: SpecRef, hashes:
         return ProcessWorker(wid, WorkerSettings(
             type(model), model.config, tokenizer, spec_ref,
             generator_seed=recipe.run.seed * 1000 + wid + 7_919 * incarnation,  # worker 0 draws as the sync loop
-            tokenizer_hashes=hashes, partial_rollouts=recipe.rl.partial_rollouts))
+            tokenizer_hashes=hashes, partial_rollouts=recipe.rl.partial_rollouts, dtype=param_dtype(model)))
     return factory
 
 
