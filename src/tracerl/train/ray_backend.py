@@ -59,6 +59,9 @@ def ray_runtime(cfg):
         os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # quiet a FutureWarning of Ray >= 2.4x
         kw = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=True)
         if cfg.address is None:
+            # Ray starts its workers at nice 15 (so a driver stays responsive); here the rollout actor is the
+            # run's hot path, and on a busy machine nice 15 starved it (rollouts 6x slower than local).
+            os.environ.setdefault("RAY_worker_niceness", "0")
             kw |= dict(num_cpus=cfg.num_cpus, num_gpus=torch.cuda.device_count() if cfg.num_gpus_per_worker else 0,
                        object_store_memory=cfg.object_store_mb << 20)
         try:
