@@ -1,6 +1,7 @@
 """Sync vs async RL under long-tail tool latency: wall time to a held-out target, accepted samples/s, ESS.
 
-    python benchmarks/async.py [--seeds 0] [--etas 0 1 2 4] [--workers 2] [--steps 10] [--group 4] [key.sub=value ...]
+    python benchmarks/async.py [--seeds 0 1 2] [--etas 0 1 2 4] [--workers 4] [--steps 20] [--group 4] [key.sub=value ...]
+    python benchmarks/async.py --sft-checkpoint 'runs/l2/s{seed}/sft-seed{seed}/checkpoints/step_0'  # reuse SFT runs
 
 One SFT run per seed (no latency) gives the starting checkpoint; then every configuration trains RL
 from it on math_tool with a long tail of environment latency: a fraction `--slow` of env steps
@@ -14,7 +15,9 @@ a seed); accepted (trained) trajectories per second; trajectories rejected as st
 fraction of the importance weights π_prox/π_behavior (async; sync is on-policy: 1); final held-out
 success; and the steady-state step time (median gap between consecutive RL steps, evaluation gaps
 left out), which is the throughput once the workers are up. `rl.rollout_workers` is `--workers` for
-every async row. `--summarize LOG` re-prints the table of a finished run.
+every async row. `--sft-checkpoint` may hold `{seed}` (one checkpoint per seed). `--summarize LOG`
+re-prints the table of a finished run; the last lines pool the seeds (mean of the per-seed ratios,
+mean final success with its spread).
 """
 
 from __future__ import annotations
@@ -88,12 +91,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--etas", type=int, nargs="+", default=[0, 1, 2, 4])
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--group", type=int, default=4, help="rollouts per task (8 tasks per step)")
     ap.add_argument("--slow", type=float, default=0.3, help="fraction of env steps with extra latency")
     ap.add_argument("--slow-s", type=float, default=0.4, help="median extra latency (s)")
     ap.add_argument("--sigma", type=float, default=1.0, help="log-normal spread of the extra latency")
+    ap.add_argument("--eval-tasks", type=int, default=64, help="held-out tasks per evaluation (2 samples each)")
     ap.add_argument("--root", default=None)
     ap.add_argument("--sft-checkpoint", default=None, help="start every configuration from this checkpoint (skip SFT)")
     ap.add_argument("--summarize", default=None, help="re-print the table of a finished run from its log file")
@@ -101,8 +105,8 @@ def main() -> None:
     a = ap.parse_args()
     root = Path(a.root or tempfile.mkdtemp(prefix="tracerl-async-"))
     common = ["sft.demos=1200", "sft.epochs=6", *a.overrides]
-    rl = [f"rl.steps={a.steps}", "rl.prompts_per_step=8", f"rl.group_size={a.group}", f"rl.eval_every={max(1, a.steps // 2)}",
-          "rl.checkpoint_every=0", "eval.tasks=32", "eval.samples=2", "eval.k=[1,2]",
+    rl = [f"rl.steps={a.steps}", "rl.prompts_per_step=8", f"rl.group_size={a.group}", f"rl.eval_every={max(1, a.steps // 4)}",
+          "rl.checkpoint_every=0", f"eval.tasks={a.eval_tasks}", "eval.samples=2", "eval.k=[1,2]",
           f"faults.slow_call={a.slow}", f"faults.slow_s={a.slow_s}", f"faults.slow_sigma={a.sigma}", *a.overrides]
     if a.summarize:  # print the table again from a finished run's log (its JSON lines)
         results = [json.loads(x) for x in Path(a.summarize).read_text().splitlines() if x.startswith("{")]
@@ -115,7 +119,7 @@ def main() -> None:
                                                    f"rl.rollout_workers={a.workers}"]) for e in a.etas]
     results = []
     for seed in a.seeds:
-        ckpt = Path(a.sft_checkpoint) if a.sft_checkpoint else sft_checkpoint(seed, root, common)
+        ckpt = Path(a.sft_checkpoint.format(seed=seed)) if a.sft_checkpoint else sft_checkpoint(seed, root, common)
         per = [run_config(label, seed, ckpt, root, rl + extra) for label, extra in configs]
         sync = per[0]
         target = sync["start"] + 0.5 * (sync["final"] - sync["start"])
@@ -143,6 +147,18 @@ def table(results: list[dict], a) -> None:
               f"{r['samples_per_s'] / s['samples_per_s']:>7.2f} {r['stale']:>6.0f} {r['ess_frac']:>8.3f} {r['final']:>6.3f}")
     print("(x sync: how many times faster than sync — wall, step and time-to-target ratios sync/config, samples/s "
           "config/sync; step s: median gap between RL steps without the evaluation gaps, i.e. after start-up)")
+    seeds = sorted({r["seed"] for r in results})
+    print(f"\npooled over seeds {seeds}: mean of the per-seed x-sync ratios; final held-out mean (min..max)")
+    for label in dict.fromkeys(r["label"] for r in results):
+        mine = [r for r in results if r["label"] == label]
+        sync = {r["seed"]: r for r in results if r["label"] == "sync"}
+        tt = [sync[r["seed"]]["time_to_target"] / r["time_to_target"] for r in mine
+              if r["time_to_target"] and sync[r["seed"]]["time_to_target"]]
+        wall = sum(sync[r["seed"]]["rl_wall_s"] / r["rl_wall_s"] for r in mine) / len(mine)
+        finals = [r["final"] for r in mine]
+        print(f"{label:<13} wall x{wall:5.2f}  to target x{(sum(tt) / len(tt)) if tt else float('nan'):5.2f} "
+              f"({len(tt)}/{len(mine)} seeds reached)  final {sum(finals) / len(finals):.3f} "
+              f"({min(finals):.3f}..{max(finals):.3f})")
 
 
 if __name__ == "__main__":
