@@ -1,6 +1,6 @@
 """Sync vs async RL under long-tail tool latency: wall time to a held-out target, accepted samples/s, ESS.
 
-    python benchmarks/async.py [--seeds 0 1 2] [--etas 0 1 2 4] [--workers 4] [--steps 20] [--group 4] [key.sub=value ...]
+    python benchmarks/async.py [--seeds 0 1 2] [--etas 0 1 2 4] [--workers 4] [--steps 24] [--group 4] [key.sub=value ...]
     python benchmarks/async.py --sft-checkpoint 'runs/l2/s{seed}/sft-seed{seed}/checkpoints/step_0'  # reuse SFT runs
 
 One SFT run per seed (no latency) gives the starting checkpoint; then every configuration trains RL
@@ -11,7 +11,7 @@ the same machine, so compare the ratios printed side by side, not the seconds.
 
 Per configuration: wall time of the RL stage; wall time until held-out success first reaches the
 target (halfway from the SFT score to sync's final score, the same target for every configuration of
-a seed); accepted (trained) trajectories per second; trajectories rejected as stale; the mean ESS
+a seed; linear between the two evaluations around the crossing); accepted (trained) trajectories per second; trajectories rejected as stale; the mean ESS
 fraction of the importance weights π_prox/π_behavior (async; sync is on-policy: 1); final held-out
 success; and the steady-state step time (median gap between consecutive RL steps, evaluation gaps
 left out), which is the throughput once the workers are up. `rl.rollout_workers` is `--workers` for
@@ -84,7 +84,19 @@ def steady_step_s(run: Path, eval_steps: set[int]) -> float:
 
 
 def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
-    return next((t for t, s in curve[1:] if s >= target), None)
+    """Seconds until held-out success first reaches `target`, interpolated linearly between the evaluation
+    before the crossing and the one at it (None if never reached)."""
+    for (t0, s0), (t1, s1) in zip(curve, curve[1:]):
+        if s1 >= target:
+            return t1 if s1 == s0 or s0 >= target else t0 + (t1 - t0) * (target - s0) / (s1 - s0)
+    return None
+
+
+def pooled_curve(runs: list[dict]) -> list[tuple[float, float]]:
+    """The seeds' curves averaged point by point (every configuration evaluates at the same steps)."""
+    n = min(len(r["curve"]) for r in runs)
+    return [(sum(r["curve"][i][0] for r in runs) / len(runs), sum(r["curve"][i][1] for r in runs) / len(runs))
+            for i in range(n)]
 
 
 def main() -> None:
@@ -92,12 +104,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--etas", type=int, nargs="+", default=[0, 1, 2, 4])
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--group", type=int, default=4, help="rollouts per task (8 tasks per step)")
     ap.add_argument("--slow", type=float, default=0.3, help="fraction of env steps with extra latency")
     ap.add_argument("--slow-s", type=float, default=0.4, help="median extra latency (s)")
     ap.add_argument("--sigma", type=float, default=1.0, help="log-normal spread of the extra latency")
-    ap.add_argument("--eval-tasks", type=int, default=64, help="held-out tasks per evaluation (2 samples each)")
+    ap.add_argument("--eval-every", type=int, default=3, help="RL steps between held-out evaluations")
+    ap.add_argument("--eval-tasks", type=int, default=100, help="held-out tasks per evaluation (2 samples each)")
     ap.add_argument("--root", default=None)
     ap.add_argument("--sft-checkpoint", default=None, help="start every configuration from this checkpoint (skip SFT)")
     ap.add_argument("--summarize", default=None, help="re-print the table of a finished run from its log file")
@@ -105,7 +118,7 @@ def main() -> None:
     a = ap.parse_args()
     root = Path(a.root or tempfile.mkdtemp(prefix="tracerl-async-"))
     common = ["sft.demos=1200", "sft.epochs=6", *a.overrides]
-    rl = [f"rl.steps={a.steps}", "rl.prompts_per_step=8", f"rl.group_size={a.group}", f"rl.eval_every={max(1, a.steps // 4)}",
+    rl = [f"rl.steps={a.steps}", "rl.prompts_per_step=8", f"rl.group_size={a.group}", f"rl.eval_every={a.eval_every}",
           "rl.checkpoint_every=0", f"eval.tasks={a.eval_tasks}", "eval.samples=2", "eval.k=[1,2]",
           f"faults.slow_call={a.slow}", f"faults.slow_s={a.slow_s}", f"faults.slow_sigma={a.sigma}", *a.overrides]
     if a.summarize:  # print the table again from a finished run's log (its JSON lines)
@@ -148,7 +161,11 @@ def table(results: list[dict], a) -> None:
     print("(x sync: how many times faster than sync — wall, step and time-to-target ratios sync/config, samples/s "
           "config/sync; step s: median gap between RL steps without the evaluation gaps, i.e. after start-up)")
     seeds = sorted({r["seed"] for r in results})
-    print(f"\npooled over seeds {seeds}: mean of the per-seed x-sync ratios; final held-out mean (min..max)")
+    sync_pool = pooled_curve([r for r in results if r["label"] == "sync"])
+    target = sync_pool[0][1] + 0.5 * (sync_pool[-1][1] - sync_pool[0][1])
+    t_sync = time_to(sync_pool, target)
+    print(f"\npooled over seeds {seeds}: mean of the per-seed x-sync ratios; final held-out mean (min..max); "
+          f"time to {target:.3f} on the seed-averaged curve (sync: {f'{t_sync:.0f} s' if t_sync else 'not reached'})")
     for label in dict.fromkeys(r["label"] for r in results):
         mine = [r for r in results if r["label"] == label]
         sync = {r["seed"]: r for r in results if r["label"] == "sync"}
@@ -156,8 +173,10 @@ def table(results: list[dict], a) -> None:
               if r["time_to_target"] and sync[r["seed"]]["time_to_target"]]
         wall = sum(sync[r["seed"]]["rl_wall_s"] / r["rl_wall_s"] for r in mine) / len(mine)
         finals = [r["final"] for r in mine]
+        t_pool = time_to(pooled_curve(mine), target)
+        pooled = f"{t_pool:4.0f} s x{t_sync / t_pool:5.2f}" if t_pool and t_sync else "not reached"
         print(f"{label:<13} wall x{wall:5.2f}  to target x{(sum(tt) / len(tt)) if tt else float('nan'):5.2f} "
-              f"({len(tt)}/{len(mine)} seeds reached)  final {sum(finals) / len(finals):.3f} "
+              f"({len(tt)}/{len(mine)} seeds reached)  seed-averaged curve: {pooled}  final {sum(finals) / len(finals):.3f} "
               f"({min(finals):.3f}..{max(finals):.3f})")
 
 
