@@ -10,8 +10,9 @@ from it on math_tool with a long tail of environment latency: a fraction `--slow
 the same machine, so compare the ratios printed side by side, not the seconds.
 
 Per configuration: wall time of the RL stage; wall time until held-out success first reaches the
-target (halfway from the SFT score to sync's final score, the same target for every configuration of
-a seed; linear between the two evaluations around the crossing); accepted (trained) trajectories per second; trajectories rejected as stale; the mean ESS
+target (by default sync's final held-out success, i.e. "the same success sync ends with";
+`--target-frac 0.5` is halfway from the SFT score to it; the same target for every configuration of a
+seed; linear between the two evaluations around the crossing); accepted (trained) trajectories per second; trajectories rejected as stale; the mean ESS
 fraction of the importance weights π_prox/π_behavior (async; sync is on-policy: 1); final held-out
 success; and the steady-state step time (median gap between consecutive RL steps, evaluation gaps
 left out), which is the throughput once the workers are up. `rl.rollout_workers` is `--workers` for
@@ -111,6 +112,8 @@ def main() -> None:
     ap.add_argument("--sigma", type=float, default=1.0, help="log-normal spread of the extra latency")
     ap.add_argument("--eval-every", type=int, default=3, help="RL steps between held-out evaluations")
     ap.add_argument("--eval-tasks", type=int, default=100, help="held-out tasks per evaluation (2 samples each)")
+    ap.add_argument("--target-frac", type=float, default=1.0,
+                    help="target = SFT score + this fraction of sync's gain (1: sync's final held-out success)")
     ap.add_argument("--root", default=None)
     ap.add_argument("--sft-checkpoint", default=None, help="start every configuration from this checkpoint (skip SFT)")
     ap.add_argument("--summarize", default=None, help="re-print the table of a finished run from its log file")
@@ -127,20 +130,27 @@ def main() -> None:
             run = Path(a.summarize).parent / f"{r['label']}-seed{r['seed']}"
             rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
             r["step_s"] = steady_step_s(run, {x["step"] for x in rows if x["stage"] == "rl" and "eval/success" in x})
-        return table(results, a)
+        return table(set_targets(results, a.target_frac), a)
     configs = [("sync", [])] + [(f"async-eta{e}", ["rl.mode=async", f"rl.max_staleness={e}",
                                                    f"rl.rollout_workers={a.workers}"]) for e in a.etas]
     results = []
     for seed in a.seeds:
         ckpt = Path(a.sft_checkpoint.format(seed=seed)) if a.sft_checkpoint else sft_checkpoint(seed, root, common)
-        per = [run_config(label, seed, ckpt, root, rl + extra) for label, extra in configs]
-        sync = per[0]
-        target = sync["start"] + 0.5 * (sync["final"] - sync["start"])
+        per = set_targets([run_config(label, seed, ckpt, root, rl + extra) for label, extra in configs], a.target_frac)
         for r in per:
-            r["target"], r["time_to_target"] = target, time_to(r["curve"], target)
             print(json.dumps(r), flush=True)
         results += per
     table(results, a)
+
+
+def set_targets(results: list[dict], frac: float) -> list[dict]:
+    """Per seed: the target is the SFT score plus `frac` of the way to sync's final score (1: the held-out
+    success sync ends with); every configuration's time to it."""
+    for r in results:
+        sync = next(x for x in results if x["seed"] == r["seed"] and x["label"] == "sync")
+        r["target"] = sync["start"] + frac * (sync["final"] - sync["start"])
+        r["time_to_target"] = time_to(r["curve"], r["target"])
+    return results
 
 
 def table(results: list[dict], a) -> None:
@@ -162,7 +172,7 @@ def table(results: list[dict], a) -> None:
           "config/sync; step s: median gap between RL steps without the evaluation gaps, i.e. after start-up)")
     seeds = sorted({r["seed"] for r in results})
     sync_pool = pooled_curve([r for r in results if r["label"] == "sync"])
-    target = sync_pool[0][1] + 0.5 * (sync_pool[-1][1] - sync_pool[0][1])
+    target = sync_pool[0][1] + a.target_frac * (sync_pool[-1][1] - sync_pool[0][1])
     t_sync = time_to(sync_pool, target)
     print(f"\npooled over seeds {seeds}: mean of the per-seed x-sync ratios; final held-out mean (min..max); "
           f"time to {target:.3f} on the seed-averaged curve (sync: {f'{t_sync:.0f} s' if t_sync else 'not reached'})")
