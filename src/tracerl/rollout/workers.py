@@ -31,6 +31,7 @@ import importlib
 import io
 import os
 import queue
+import threading
 import time
 from typing import Any, Protocol
 
@@ -219,7 +220,23 @@ def worker_model(settings: WorkerSettings):
     return settings.model_class(settings.model_config).to(device=settings.device, dtype=getattr(torch, settings.dtype))
 
 
+def exit_with_parent(parent: int, interval: float = 1.0) -> threading.Thread:
+    """End this process when `parent` is no longer its parent (the learner was killed: SIGKILL, SIGTERM,
+    out of memory), so a rollout worker never outlives the run that started it. A daemon thread polls
+    `os.getppid()`; a re-parented process sees another pid."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(0)
+
+    t = threading.Thread(target=watch, name="tracerl-exit-with-parent", daemon=True)
+    t.start()
+    return t
+
+
 def _worker_main(worker_id: int, settings: WorkerSettings, inbox, outbox) -> None:
+    exit_with_parent(os.getppid())
     torch.set_num_threads(settings.threads)
     from tracerl.faults import FaultsConfig, wrap_engine
 
