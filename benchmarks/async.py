@@ -106,7 +106,8 @@ def main() -> None:
     ap.add_argument("--etas", type=int, nargs="+", default=[0, 1, 2, 4])
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=24)
-    ap.add_argument("--group", type=int, default=4, help="rollouts per task (8 tasks per step)")
+    ap.add_argument("--prompts", type=int, default=8, help="tasks per RL step")
+    ap.add_argument("--group", type=int, default=4, help="rollouts per task")
     ap.add_argument("--slow", type=float, default=0.3, help="fraction of env steps with extra latency")
     ap.add_argument("--slow-s", type=float, default=0.4, help="median extra latency (s)")
     ap.add_argument("--sigma", type=float, default=1.0, help="log-normal spread of the extra latency")
@@ -121,7 +122,7 @@ def main() -> None:
     a = ap.parse_args()
     root = Path(a.root or tempfile.mkdtemp(prefix="tracerl-async-"))
     common = ["sft.demos=1200", "sft.epochs=6", *a.overrides]
-    rl = [f"rl.steps={a.steps}", "rl.prompts_per_step=8", f"rl.group_size={a.group}", f"rl.eval_every={a.eval_every}",
+    rl = [f"rl.steps={a.steps}", f"rl.prompts_per_step={a.prompts}", f"rl.group_size={a.group}", f"rl.eval_every={a.eval_every}",
           "rl.checkpoint_every=0", f"eval.tasks={a.eval_tasks}", "eval.samples=2", "eval.k=[1,2]",
           f"faults.slow_call={a.slow}", f"faults.slow_s={a.slow_s}", f"faults.slow_sigma={a.sigma}", *a.overrides]
     if a.summarize:  # print the table again from a finished run's log (its JSON lines)
@@ -154,7 +155,7 @@ def set_targets(results: list[dict], frac: float) -> list[dict]:
 
 
 def table(results: list[dict], a) -> None:
-    print(f"\nseeds {a.seeds}; math_tool, {a.steps} RL steps of 8x{a.group} episodes, {a.slow:.0%} of env steps +"
+    print(f"\nseeds {a.seeds}; math_tool, {a.steps} RL steps of {a.prompts}x{a.group} episodes, {a.slow:.0%} of env steps +"
           f"{a.slow_s}s·exp({a.sigma}·z); async rows: {a.workers} rollout workers. Ratios are against sync, same seed.")
     head = (f"{'config':<13} {'RL wall s':>9} {'x sync':>7} {'step s':>6} {'x sync':>7} {'to target s':>11} {'x sync':>7} {'samples/s':>9} "
             f"{'x sync':>7} {'stale':>6} {'ESS frac':>8} {'final':>6}")
