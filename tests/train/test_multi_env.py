@@ -3,6 +3,7 @@ metrics, reward normalisation, the domain regression gate, and whole runs (mixtu
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import types
@@ -35,6 +36,8 @@ THREE = "envs=[{name: math_tool, share: 2}, {name: arith, share: 1, max_turns: 1
     ([THREE, "rl.stages=[{name: a, steps: 1, envs: [code_tests]}]"], "rl.stages.0.envs names ['code_tests']"),
     (["mixture.normalize_rewards=true"], "mixture: options apply only to a run over several environments"),
     ([THREE, "mixture.regression_tolerance=0.1", "rl.eval_every=0"], "set rl.eval_every > 0"),
+    ([THREE, "stages=[sft, eval, rft, eval]"], "rejection sampling (sft.source: rejection, an rft stage) plays one"),
+    ([THREE, "eval.slices=[tool_error]"], "eval.slices replays one environment's held-out tasks"),
 ])
 def test_bad_environment_setups_fail_at_load_with_one_sentence(overrides, words):
     base = ["env.name=math_tool"] if not any(o.startswith("envs=") for o in overrides) else []
@@ -183,7 +186,7 @@ def test_cascade_changes_the_environment_set_between_stages(tmp_path):
 def test_regression_gate_stops_cleanly_when_one_domains_reward_is_sabotaged(tmp_path, monkeypatch):
     """arith's verifier is made to reward everything until RL starts, then nothing: its held-out
     success falls from 1.0 to 0.0 at the step-1 evaluation, past the 0.5 tolerance."""
-    import tracerl.train.multi_pipeline as mp
+    import tracerl.train.rl_stage as mp
     from tracerl.envs.arith.verifier import ArithStatedSum
     from tracerl.train.pipeline import run_recipe
     from tracerl.verifiers import registry
@@ -212,3 +215,16 @@ def test_regression_gate_stops_cleanly_when_one_domains_reward_is_sabotaged(tmp_
     with Store(tmp_path / "run" / "store.sqlite") as store:
         (event,) = store.events("gate")
     assert event["payload"]["gate"] == "domain_regression" and event["step"] == 1
+
+
+def test_a_recipe_without_envs_is_the_one_route_of_its_env():
+    from tracerl.train.stages import recipe_tasks
+
+    r = load_recipe("smoke", ["faults.tool_crash=0.5"])
+    (route,) = resolve_routes(r, wrap=lambda s: dataclasses.replace(s, name="wrapped"))
+    assert route.name == "math_tool" and route.share == 1.0 and route.env == r.env
+    assert route.tasks == recipe_tasks(r) and route.demos == r.sft.demos == 96 and route.eval_tasks == r.eval.tasks == 8
+    assert route.spec.name == "wrapped" and route.clean.name == "math_tool"  # training spec wrapped, evaluation's clean
+    assert stage_envs(r) == [["math_tool"]]
+    staged = load_recipe("smoke", ["rl.stages=[{name: a, steps: 1}, {name: b, steps: 1}]"])
+    assert stage_envs(staged) == [["math_tool"], ["math_tool"]]

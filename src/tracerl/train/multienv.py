@@ -1,8 +1,9 @@
 """One RL run over several environments (`envs:` in a recipe; `tracerl.envs_config`).
 
 `resolve_routes` turns each `envs:` entry into an `EnvRoute` (its spec with the entry's reward
-weights, budgets, task config, demo and eval counts). `EnvRouter` stands where the trainer expects
-an env spec: it plays each task in its own environment (`play`: one `run_episodes` call per
+weights, budgets, task config, demo and eval counts); a recipe without `envs:` is the one route of
+its `env:`. `EnvRouter` stands where the trainer expects an env spec: it plays each task in its own
+environment (`play`: one `run_episodes` call per
 environment, so a group, one task's rollouts, never mixes environments), reports per-domain
 metrics (`step_metrics`), optionally rescales rewards per environment (`normalize`) and watches
 per-domain held-out success (`gate`). `EnvMixtureSampler` draws each batch's tasks across the
@@ -21,23 +22,26 @@ import torch
 
 from tracerl.envs.base import EnvSpec, get_env
 from tracerl.errors import UserError
+from tracerl.envs_config import EnvEntry
 from tracerl.rollout import LoopBudgets, run_episodes
-from tracerl.tasks import TasksConfig, TaskSourceConfig
+from tracerl.tasks import TasksConfig
 from tracerl.tasks.samplers import allocate
 from tracerl.telemetry import episodes
 from tracerl.telemetry.gates import GateTrip
+from tracerl.train.stages import recipe_tasks
 
 
 @dataclasses.dataclass
 class EnvRoute:
     name: str
-    spec: EnvSpec
+    spec: EnvSpec  # for training: the entry's reward weights, then `wrap` (fault injection)
     env: Any  # config.EnvConfig with this environment's budgets and task counts
     share: float
     tasks: TasksConfig
     demos: int
     eval_tasks: int
     expert_error_rate: float | None
+    clean: EnvSpec | None = None  # the spec before `wrap`: held-out evaluation plays the env as it is
 
     @property
     def budgets(self) -> LoopBudgets:
@@ -45,34 +49,32 @@ class EnvRoute:
 
 
 def resolve_routes(recipe, *, wrap=None) -> list[EnvRoute]:
-    """The run's environments with every inherited setting filled in (`wrap`: e.g. fault injection)."""
-    total = sum(e.share for e in recipe.envs)
+    """The run's environments with every inherited setting filled in (`wrap`: e.g. fault injection).
+
+    A recipe without `envs:` has one route, its `env:` with the recipe's `tasks:`: the one-entry case."""
+    entries = recipe.envs or [EnvEntry(name=recipe.env.name, tasks=recipe.tasks)]
+    total = sum(e.share for e in entries)
     routes = []
-    for e in recipe.envs:
-        spec = get_env(e.name)
+    for e in entries:
+        clean = get_env(e.name)
         if e.reward_weights is not None:
-            spec = dataclasses.replace(spec, reward_weights=dict(e.reward_weights))
-        spec = wrap(spec) if wrap is not None else spec
+            clean = dataclasses.replace(clean, reward_weights=dict(e.reward_weights))
+        spec = wrap(clean) if wrap is not None else clean
         fields = {k: getattr(e, k) for k in ("train_tasks", "heldout_tasks", "train_difficulty", "heldout_difficulty",
                                               "max_turns", "max_tokens", "max_new_tokens", "step_timeout_s")
                   if getattr(e, k) is not None}
         env = recipe.env.model_copy(update={"name": e.name, **fields})
-        tasks = e.tasks or TasksConfig()
-        if not tasks.sources:
-            tasks = tasks.model_copy(update={"sources": [
-                TaskSourceConfig(env=e.name, split="train", n=env.train_tasks, seed=recipe.run.seed,
-                                 difficulty=tuple(env.train_difficulty)),
-                TaskSourceConfig(env=e.name, split="heldout", n=env.heldout_tasks, seed=recipe.run.seed,
-                                 difficulty=tuple(env.heldout_difficulty))]})
+        tasks = recipe_tasks(recipe, e.tasks or TasksConfig(), env)
         demos = e.demos if e.demos is not None else round(recipe.sft.demos * e.share / total)
         error = e.expert_error_rate if e.expert_error_rate is not None else recipe.sft.expert_error_rate
-        routes.append(EnvRoute(e.name, spec, env, e.share, tasks, demos, e.eval_tasks or recipe.eval.tasks, error))
+        routes.append(EnvRoute(e.name, spec, env, e.share, tasks, demos, e.eval_tasks or recipe.eval.tasks, error,
+                               clean))
     return routes
 
 
 def stage_envs(recipe) -> list[list[str]]:
     """The environments of each RL stage (a stage without `envs` keeps the previous stage's)."""
-    current = [e.name for e in recipe.envs]
+    current = [e.name for e in recipe.envs] or [recipe.env.name]
     if not recipe.rl.stages:
         return [current]
     out = []

@@ -1,5 +1,5 @@
-"""What both pipelines share (`train/pipeline.py`, one environment; `train/multi_pipeline.py`, several):
-the run result, console output, the manifest's sandbox entry, the resume point and the final table."""
+"""What the pipeline's parts share (`train/pipeline.py` and its stages): the run result, console
+output, the manifest's sandbox entry, the resume point and the final table."""
 
 from __future__ import annotations
 

@@ -46,12 +46,13 @@ class RLStage:
                 "reset_reference": self.reset_reference}
 
 
-def recipe_tasks(recipe: Recipe, cfg: TasksConfig | None = None) -> TasksConfig:
-    """The task config with sources filled in: no sources means the env's train and held-out generators."""
+def recipe_tasks(recipe: Recipe, cfg: TasksConfig | None = None, env=None) -> TasksConfig:
+    """The task config with sources filled in: no sources means the env's train and held-out generators
+    (`env`: an `EnvConfig`, default the recipe's)."""
     cfg = cfg or recipe.tasks
     if cfg.sources:
         return cfg
-    env = recipe.env
+    env = env or recipe.env
     sources = [TaskSourceConfig(env=env.name, split="train", n=env.train_tasks, seed=recipe.run.seed,
                                 difficulty=tuple(env.train_difficulty)),
                TaskSourceConfig(env=env.name, split="heldout", n=env.heldout_tasks, seed=recipe.run.seed,

@@ -11,13 +11,11 @@ the episode as `env_failure` (graded as the tree is). A sandbox fault is `infra_
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
-from tracerl.envs._verify import grade
+from tracerl.envs._file_tree import graded_end, invalid, invalid_turn, tree_hash
 from tracerl.envs.base import Message, Step
 from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.swe.verifier import NAME as VERIFIER
@@ -51,7 +49,7 @@ class SWEEnv:
     def step(self, action_text: str) -> Step:
         assert self._task is not None, "call reset() before step()"
         if self._done:
-            return _invalid("the episode has ended")
+            return invalid("the episode has ended")
         action = parse_tagged(action_text, TOOLS)
         if action.kind == "invalid":
             return self._invalid_step(action.reason)
@@ -115,27 +113,14 @@ class SWEEnv:
 
     def _finish(self, reason: TerminalReason, info: dict) -> Step:
         self._done = True
-        try:
-            comps, vinfo = grade(VERIFIER, self._task, {"files": self.files}, sandbox=self._sandbox)
-        except RuntimeError as err:
-            return Step(None, True, TerminalReason.INFRA_FAILURE, {}, {**info, "infra_error": str(err)[:200]})
-        return Step(None, True, reason, comps, {**info, **vinfo})
+        return graded_end(VERIFIER, self._task, self.files, sandbox=self._sandbox, reason=reason, info=info)
 
     def _invalid_step(self, why: str) -> Step:
         self._invalid += 1
-        step = _invalid(why)
-        if self.max_invalid is not None and self._invalid >= self.max_invalid:
-            out = self._finish(TerminalReason.ENV_FAILURE, step.info)
-            return Step(step.observation, True, out.terminal_reason, out.reward_components, out.info)
-        return step
+        return invalid_turn(why, self._invalid, self.max_invalid, self._finish)
 
     def state_hash(self) -> str:
-        payload = {"task": self._task.id if self._task else None, "files": getattr(self, "files", None)}
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _invalid(why: str) -> Step:
-    return Step(f"<error>invalid_action: {why}</error>\n", info={"invalid_action": True})
+        return tree_hash(self._task, getattr(self, "files", None))
 
 
 def make_expert(error_rate: float = 0.2) -> Callable[[Task, list[str], random.Random], str]:

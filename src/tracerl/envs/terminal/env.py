@@ -10,14 +10,12 @@ At most `CMD_BUDGET` commands; the `MAX_INVALID`-th invalid turn ends the episod
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.envs._file_tree import graded_end, invalid, invalid_turn, tree_hash
 from tracerl.envs._shell import run_shell
-from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
 from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.terminal.verifier import NAME as VERIFIER
@@ -48,7 +46,7 @@ class TerminalEnv:
     def step(self, action_text: str) -> Step:
         assert self._task is not None, "call reset() before step()"
         if self._done:
-            return _invalid("the episode has ended")
+            return invalid("the episode has ended")
         action = parse_tagged(action_text, ("sh", "done"))
         if action.kind == "invalid":
             return self._invalid_step(action.reason)
@@ -75,27 +73,14 @@ class TerminalEnv:
 
     def _finish(self, reason: TerminalReason, info: dict) -> Step:
         self._done = True
-        try:
-            comps, vinfo = grade(VERIFIER, self._task, {"files": self.files}, sandbox=self._sandbox)
-        except RuntimeError as err:
-            return Step(None, True, TerminalReason.INFRA_FAILURE, {}, {**info, "infra_error": str(err)[:200]})
-        return Step(None, True, reason, comps, {**info, **vinfo, "commands": self._cmds})
+        return graded_end(VERIFIER, self._task, self.files, sandbox=self._sandbox, reason=reason, info=info, extra={"commands": self._cmds})
 
     def _invalid_step(self, why: str) -> Step:
         self._invalid += 1
-        step = _invalid(why)
-        if self.max_invalid is not None and self._invalid >= self.max_invalid:
-            out = self._finish(TerminalReason.ENV_FAILURE, step.info)
-            return Step(step.observation, True, out.terminal_reason, out.reward_components, out.info)
-        return step
+        return invalid_turn(why, self._invalid, self.max_invalid, self._finish)
 
     def state_hash(self) -> str:
-        payload = {"task": self._task.id if self._task else None, "files": getattr(self, "files", None)}
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _invalid(why: str) -> Step:
-    return Step(f"<error>invalid_action: {why}</error>\n", info={"invalid_action": True})
+        return tree_hash(self._task, getattr(self, "files", None))
 
 
 def make_expert(error_rate: float = 0.2) -> Callable[[Task, list[str], random.Random], str]:
