@@ -20,7 +20,10 @@ waits for it, enforces the wall clock and reports the call.
 SPARE_DISK_BYTES = 64 << 20  # the armed tmpfs's size until a request resizes it
 INIT_STACK = 16 << 10  # the pause()-init's own stack (it only enters the kernel)
 CLONE_VM, CLONE_FILES = 0x00000100, 0x00000400
+SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220, "ppc64le": 120, "s390x": 120}.get(os.uname().machine, 56)
+WALL = 0x40000000  # waitpid's __WALL: the program's exit signal is 0, not SIGCHLD
 _PAUSE = ctypes.cast(libc.pause, ctypes.c_void_p)
+pyapi = ctypes.PyDLL(None, use_errno=True)  # calls that keep the GIL, as os.fork does
 libc.clone.restype = ctypes.c_int
 libc.clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
 
@@ -47,16 +50,33 @@ def _setup_namespaces(disk_bytes):
     return "/work"
 
 
+def _fork_quietly():
+    """fork() whose child has exit signal 0: the zygote ignores SIGCHLD (so the calls' inits and
+    the orphans they inherit are reaped by the kernel) and still waits for its programs
+    (`waitpid(pid, __WALL)`). A raw clone(2) wrapped in the interpreter's own before/after-fork
+    hooks, as os.fork does; called with the GIL held (PyDLL)."""
+    pyapi.PyOS_BeforeFork()
+    pid = pyapi.syscall(SYS_CLONE, ctypes.c_ulong(0), None, None, None, None)
+    if pid == 0:
+        pyapi.PyOS_AfterFork_Child()
+    else:
+        pyapi.PyOS_AfterFork_Parent()
+        if pid < 0:
+            raise OSError(ctypes.get_errno(), "fork failed")
+    return pid
+
+
 class CallProcs:
     """A fresh PID namespace whose init is a pause()-clone, and one fork of the zygote inside it.
 
     `fork()` returns 0 in the child (PID 2 of the namespace) and the child's pid in the zygote,
-    whose own children are born in its own PID namespace again afterwards. The zygote must reap
-    the child before the init can finish exiting (`kill_init`, then `reap_init`): init waits for
-    every process of its namespace to be reaped."""
+    whose own children are born in its own PID namespace again afterwards. The zygote waits for
+    the child (`wait`) before the init can finish exiting: init waits for every process of its
+    namespace to be reaped. Init, a SIGCHLD child of a zygote that ignores SIGCHLD, is reaped by
+    the kernel, and so are the orphans it inherits (its signal dispositions are a copy)."""
 
     def __init__(self, own_pidns):
-        self.own_pidns, self.pid, self.init = own_pidns, None, -1
+        self.own_pidns, self.pid, self.pidfd, self.init_fd = own_pidns, None, None, None
         self.stack = ctypes.create_string_buffer(INIT_STACK)
 
     def fork(self):
@@ -64,50 +84,52 @@ class CallProcs:
         pid = -1
         try:
             top = (ctypes.addressof(self.stack) + INIT_STACK) & ~15
-            self.init = libc.clone(_PAUSE, top, CLONE_VM | CLONE_FILES | signal.SIGCHLD, None)
-            if self.init < 0:
+            init = libc.clone(_PAUSE, top, CLONE_VM | CLONE_FILES | signal.SIGCHLD, None)
+            if init < 0:
                 raise OSError(ctypes.get_errno(), "clone of the call's init failed")
-            self.init_fd = os.pidfd_open(self.init)
-            pid = os.fork()
+            self.init_fd = os.pidfd_open(init)
+            pid = _fork_quietly()
+            if pid:
+                self.pid, self.pidfd = pid, os.pidfd_open(pid)
         except OSError:
             self.close()
             raise
         finally:
             if pid != 0:  # the zygote's next children are born in its own namespace again
                 _check(libc.setns(self.own_pidns, CLONE_NEWPID), "setns back to the zygote's PID namespace")
-        self.pid = pid or None
         return pid
 
-    def kill_init(self):
-        if self.init > 0:
-            try:
-                os.kill(self.init, signal.SIGKILL)
-            except OSError:
-                pass
+    def kill(self, program=True):
+        """SIGKILL init (the kernel then kills the whole call) and, by default, the program."""
+        for fd in (self.init_fd, self.pidfd if program else None):
+            if fd is not None:
+                try:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                except OSError:
+                    pass
 
-    def reap_init(self):
-        if self.init > 0:
-            try:
-                os.waitpid(self.init, 0)
-            except ChildProcessError:
-                pass
-            self.init = -1
-        if getattr(self, "init_fd", None) is not None:
+    def wait(self):
+        """Reap the program: (wait status, rusage)."""
+        _, status, usage = os.wait4(self.pid, WALL)
+        os.close(self.pidfd)
+        self.pid = self.pidfd = None
+        return status, usage
+
+    def release(self):
+        """Once init is gone (its pidfd readable): close what is left."""
+        if self.init_fd is not None:
             os.close(self.init_fd)
             self.init_fd = None
         self.stack = None
 
     def close(self):
-        """Everything at once, blocking: the child (if any) first, then init."""
+        """Everything at once, blocking: the program (if any) first, then init."""
+        self.kill()
         if self.pid:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            except (OSError, ChildProcessError):
-                pass
-            self.pid = None
-        self.kill_init()
-        self.reap_init()
+            self.wait()
+        if self.init_fd is not None:
+            select.select([self.init_fd], [], [], 5.0)
+        self.release()
 
 
 def _read_request(msg, fds):
@@ -139,6 +161,7 @@ def _setup_failed(ready_w, what):
 def _armed_program(sock, ready_w, config, group_dir):
     """The program's process before and after its request (see the module docstring)."""
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote ignores it; the program's children are its own
     try:
         group = CallGroup(group_dir, config["cgroup_version"]) if group_dir else None
         workdir = _setup_namespaces(SPARE_DISK_BYTES)
@@ -191,8 +214,7 @@ class Spare:
                 os._exit(1)
         child_end.close()
         os.close(ready_w)
-        self.pid, self.ready_r = pid, ready_r
-        self.pidfd = os.pidfd_open(pid)
+        self.pid, self.pidfd, self.ready_r = pid, self.procs.pidfd, ready_r
 
     def dispatch(self, msg, fds):
         """Hand the request over; False when the spare died before it (then it is torn down)."""
@@ -207,8 +229,7 @@ class Spare:
 
     def discard(self):
         self.procs.close()
-        for fd in (self.pidfd, self.ready_r):
-            os.close(fd)
+        os.close(self.ready_r)
 
     def started(self):
         """(whether the program's setup succeeded, the setup's failure reason or "")."""

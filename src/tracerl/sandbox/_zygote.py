@@ -167,6 +167,7 @@ def _enter_own_namespaces():
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no call's process can ptrace it (or a call's init)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # inits and their orphans: reaped by the kernel
     return os.pidfd_open(os.getpid())
 
 
@@ -191,11 +192,7 @@ class _Calls:
         if spare is not None:
             if why is not None:
                 spare.killed = why
-            for pid in (spare.pid, spare.procs.init):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            spare.procs.kill()
 
     def next_deadline(self):
         return min((s.deadline for s in self.running.values() if not s.timed_out), default=None)
@@ -212,17 +209,16 @@ class _Calls:
         elif fd in self.ending:
             spare = self.ending.pop(fd)
             self.poller.unregister(fd)
-            spare.procs.reap_init()  # every process of the call is gone
+            spare.procs.release()  # init is gone, and with it every process of the call
             self.groups.drop(spare.group)
 
     def _ended(self, spare):
         self.poller.unregister(spare.pidfd)
-        os.close(spare.pidfd)
         self.by_id.pop(spare.id, None)
-        _, status, usage = os.wait4(spare.pid, 0)
+        status, usage = spare.procs.wait()
         wall = time.monotonic() - spare.start
         memory = self.groups.report(spare.group)
-        spare.procs.kill_init()  # the kernel kills what is left of the call
+        spare.procs.kill(program=False)  # the kernel kills what is left of the call
         self.ending[spare.procs.init_fd] = spare
         self.poller.register(spare.procs.init_fd, select.POLLIN)
         started, why = spare.started()
