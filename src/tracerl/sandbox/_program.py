@@ -197,18 +197,19 @@ def _deny_keys():
         _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(KEY_FILTER[1]), 0, 0), "seccomp")
 
 
-def _run_program(code, limits, workdir, namespaces, ready_w):
+def _run_program(code, limits, workdir, namespaces, ready_w, ready=b"1"):
     """Becomes the program: limits, privileges, stdio and a fresh __main__, then the code.
 
-    `ready_w` gets one byte once the setup succeeded and is closed before the code runs, so a
-    program cannot fake a setup failure (which would be reported as an infrastructure `crash`)."""
+    `ready_w` gets `ready` ("1", then maybe the CPU nanoseconds the sandbox's own set-up took in
+    this process) once the setup succeeded and is closed before the code runs, so a program
+    cannot fake a setup failure (which would be reported as an infrastructure `crash`)."""
     try:
         _prepare_program(limits, workdir, namespaces, ready_w)
     except BaseException:  # noqa: BLE001 - report on stderr; init sees no ready byte
         import traceback
         os.write(2, ("tracerl sandbox setup failed:\n" + traceback.format_exc()).encode())
         os._exit(1)
-    os.write(ready_w, b"1")
+    os.write(ready_w, ready)
     os.close(ready_w)
     _exec_program(code, workdir)
 

@@ -221,7 +221,7 @@ class _Calls:
         spare.procs.kill(program=False)  # the kernel kills what is left of the call
         self.ending[spare.procs.init_fd] = spare
         self.poller.register(spare.procs.init_fd, select.POLLIN)
-        started, why = spare.started()
+        started, why, armed_s = spare.started()
         if spare.killed is not None:
             report = spare.killed
         elif not started and not spare.timed_out:
@@ -231,7 +231,7 @@ class _Calls:
                 report = {"status": "crash", "reason": why or "the program's sandbox setup failed (see stderr)"}
         else:
             report = {"wait_status": status, "timed_out": spare.timed_out, "wall_s": wall,
-                      "cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_bytes": usage.ru_maxrss * 1024, **memory}
+                      "cpu_s": max(0.0, usage.ru_utime + usage.ru_stime - armed_s), "max_rss_bytes": usage.ru_maxrss * 1024, **memory}
         _send(self.ctrl, {"id": spare.id, **report})
 
 
