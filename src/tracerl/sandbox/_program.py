@@ -141,14 +141,9 @@ class CallGroups:
             return {}
 
     def drop(self, path):
-        """Remove the group; returns how many processes the OOM killer took in it."""
+        """Remove the group (and any earlier one that was still busy)."""
         if path is None:
-            return 0
-        try:
-            with open(os.path.join(path, GROUP_KNOBS[self.version][2])) as f:
-                kills = _count(f.read(), "oom_kill")
-        except (OSError, ValueError):
-            kills = 0
+            return
         for old in self.stale + [path]:
             try:
                 os.rmdir(old)
@@ -159,7 +154,6 @@ class CallGroups:
             except OSError:
                 if old not in self.stale:
                     self.stale.append(old)
-        return kills
 
 
 class _Filter(ctypes.Structure):

@@ -133,7 +133,7 @@ class WorkerGroup:
     per-call groups below the memory one. v2: one group with both controllers; since a v2 group
     whose children use controllers may hold no processes, the worker joins a leaf `zygote/` below
     it and the per-call groups are that leaf's siblings. The group is delegated to `owner` (its
-    directory and DELEGATED files), so the worker may create groups and move its calls' inits
+    directory and DELEGATED files), so the worker may create groups and move its calls' programs
     into them; the group's own limits stay root's."""
 
     def __init__(self, memory_bytes: int, max_pids: int, owner: int | None = None) -> None:
