@@ -42,11 +42,12 @@ def _send(sock, message):
 
 
 def _own_signals():
-    """Run once in the zygote, so every call's init inherits it. Init of a PID namespace gets
-    only the signals it has a handler for from inside its namespace: so no signal keeps a
-    handler (Python's SIGINT one made init raise KeyboardInterrupt), and SIGCHLD, the one it
-    waits for, is blocked and collected with sigtimedwait. A program's signals to PID 1 are then
-    dropped by the kernel: they cannot end init or fake its deadline."""
+    """Run once in the zygote, so every call's init (a clone holding a copy of its dispositions)
+    inherits it. Init of a PID namespace gets only the signals it has a handler for from inside
+    its namespace: so no signal keeps a handler (Python's SIGINT one once made an init raise
+    KeyboardInterrupt), and a program's signals to PID 1 are dropped by the kernel. SIGCHLD is
+    blocked: the zygote waits on pidfds (and, without namespaces, a call's monitor collects it
+    with sigtimedwait)."""
     for sig in signal.valid_signals():
         if sig not in (signal.SIGKILL, signal.SIGSTOP) and callable(signal.getsignal(sig)):
             signal.signal(sig, signal.SIG_DFL)
@@ -166,9 +167,10 @@ def _enter_own_namespaces():
         _, status = os.waitpid(pid, 0)
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)  # before it is non-dumpable
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no call's process can ptrace it (or a call's init)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # inits and their orphans: reaped by the kernel
-    return os.pidfd_open(os.getpid())
+    return own_pidns
 
 
 class _Calls:
