@@ -7,8 +7,9 @@ It costs no page-table copy and no copy-on-write faults (it shares the zygote's 
 non-dumpable, so nothing in the call can ptrace it or read its files under /proc/1), it has no
 signal handler (so the kernel drops every signal a program sends it, SIGKILL and SIGSTOP
 included), and the zygote SIGKILLs it when the call ends: the kernel then kills everything left
-in the call's PID namespace. Orphans of the call are reparented to it and stay zombies until
-then (they count against the call's `nproc`).
+in the call's PID namespace. Orphans of the call are reparented to it; its SIGCHLD disposition
+is a copy of the zygote's, SIG_IGN, so the kernel reaps them as they exit (no zombies counting
+against the call's `nproc`).
 
 The program, before its request arrives ("armed"): joins its memory group, makes fresh mount,
 network, IPC and UTS namespaces, mounts a size-capped tmpfs on /work, /tmp and /dev/shm, a new
