@@ -25,7 +25,7 @@ __all__ = ["REVISION", "ExecResult", "cgroups", "Limits", "Sandbox", "SandboxUna
            "isolation_report", "set_default_runtime", "LEVELS", "find_python"]
 
 REVISION = "1+" + hashlib.sha256(
-    b"".join(resources.files(__name__).joinpath(f).read_bytes() for f in ("_program.py", "_zygote.py", "backend.py", "cgroups.py", "sandbox.py", "runtime.py"))
+    b"".join(resources.files(__name__).joinpath(f).read_bytes() for f in ("_program.py", "_spare.py", "_zygote.py", "backend.py", "cgroups.py", "sandbox.py", "runtime.py"))
 ).hexdigest()[:12]
 """Recorded in run manifests: the sandbox's version plus a hash of the code that enforces it."""
 

@@ -89,21 +89,17 @@ def _count(text, key):
 
 
 class CallGroup:
-    """In the call's init: its own memory group, joined before anything is allocated, with the
-    knobs held open (the program never sees the cgroup mount: init hides it and closes the fds)."""
+    """In the call's program-to-be: its own memory group, joined before anything is allocated,
+    with the limit knobs held open until its code runs (the program never sees the cgroup mount:
+    it is hidden and the fds are closed)."""
 
     def __init__(self, path, version):
-        limit, peak, events = GROUP_KNOBS[version]
         fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
         try:
             os.write(fd, b"0")
         finally:
             os.close(fd)
-        self.limit = os.open(os.path.join(path, limit), os.O_WRONLY | os.O_CLOEXEC)
-        if version == 2 and not os.path.exists(os.path.join(path, peak)):  # memory.peak is Linux >= 5.19
-            peak = "memory.current"  # then the call's memory at its end, a lower bound of its peak
-        self.peak = os.open(os.path.join(path, peak), os.O_RDONLY | os.O_CLOEXEC)
-        self.events = os.open(os.path.join(path, events), os.O_RDONLY | os.O_CLOEXEC)
+        self.limit = os.open(os.path.join(path, GROUP_KNOBS[version][0]), os.O_WRONLY | os.O_CLOEXEC)
         swap = os.path.join(path, "memory.memsw.limit_in_bytes" if version == 1 else "memory.swap.max")
         self.swap = os.open(swap, os.O_WRONLY | os.O_CLOEXEC) if os.path.exists(swap) else None
         self.version = version
@@ -112,15 +108,6 @@ class CallGroup:
         os.write(self.limit, str(nbytes).encode())
         if self.swap is not None:  # no swap beyond the limit (v1: memory+swap; v2: swap alone)
             os.write(self.swap, str(nbytes if self.version == 1 else 0).encode())
-
-    def report(self):
-        def read(fd):
-            os.lseek(fd, 0, os.SEEK_SET)
-            return os.read(fd, 4096).decode()
-        try:
-            return {"memory_peak_bytes": int(read(self.peak).strip() or 0), "oom_kills": _count(read(self.events), "oom_kill")}
-        except (OSError, ValueError):
-            return {}
 
 
 class CallGroups:
@@ -138,15 +125,25 @@ class CallGroups:
         os.mkdir(path)
         return path
 
-    def drop(self, path):
-        """Remove the group; returns how many processes the OOM killer took in it."""
+    def report(self, path):
+        """The call's memory peak and OOM kills so far, read by the zygote when its program ended."""
         if path is None:
-            return 0
+            return {}
+        _, peak, events = GROUP_KNOBS[self.version]
+        if self.version == 2 and not os.path.exists(os.path.join(path, peak)):  # memory.peak is Linux >= 5.19
+            peak = "memory.current"  # then the call's memory at its end, a lower bound of its peak
         try:
-            with open(os.path.join(path, GROUP_KNOBS[self.version][2])) as f:
-                kills = _count(f.read(), "oom_kill")
+            with open(os.path.join(path, peak)) as f:
+                top = int(f.read().strip() or 0)
+            with open(os.path.join(path, events)) as f:
+                return {"memory_peak_bytes": top, "oom_kills": _count(f.read(), "oom_kill")}
         except (OSError, ValueError):
-            kills = 0
+            return {}
+
+    def drop(self, path):
+        """Remove the group (and any earlier one that was still busy)."""
+        if path is None:
+            return
         for old in self.stale + [path]:
             try:
                 os.rmdir(old)
@@ -157,7 +154,6 @@ class CallGroups:
             except OSError:
                 if old not in self.stale:
                     self.stale.append(old)
-        return kills
 
 
 class _Filter(ctypes.Structure):
@@ -195,18 +191,19 @@ def _deny_keys():
         _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(KEY_FILTER[1]), 0, 0), "seccomp")
 
 
-def _run_program(code, limits, workdir, namespaces, ready_w):
+def _run_program(code, limits, workdir, namespaces, ready_w, ready=b"1"):
     """Becomes the program: limits, privileges, stdio and a fresh __main__, then the code.
 
-    `ready_w` gets one byte once the setup succeeded and is closed before the code runs, so a
-    program cannot fake a setup failure (which would be reported as an infrastructure `crash`)."""
+    `ready_w` gets `ready` ("1", then maybe the CPU nanoseconds the sandbox's own set-up took in
+    this process) once the setup succeeded and is closed before the code runs, so a program
+    cannot fake a setup failure (which would be reported as an infrastructure `crash`)."""
     try:
         _prepare_program(limits, workdir, namespaces, ready_w)
     except BaseException:  # noqa: BLE001 - report on stderr; init sees no ready byte
         import traceback
         os.write(2, ("tracerl sandbox setup failed:\n" + traceback.format_exc()).encode())
         os._exit(1)
-    os.write(ready_w, b"1")
+    os.write(ready_w, ready)
     os.close(ready_w)
     _exec_program(code, workdir)
 

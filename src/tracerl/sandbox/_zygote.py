@@ -2,41 +2,39 @@
 
 It is started once (inside bubblewrap when available) with its control socket on the fd named in
 its config. It makes itself root of a user namespace of its own (no host privilege: the host uid
-stays unprivileged), imports the common modules, freezes them for the garbage collector, and then,
-per call:
+stays unprivileged) and PID 1 of a PID namespace of its own, imports the common modules, freezes
+them for the garbage collector, becomes non-dumpable, and then, per call (`_spare.py`):
 
-  zygote ──clone(new mount/PID/IPC/UTS namespaces)──► call init (PID 1 of the call)
-            joins a memory cgroup of its own (where the host provides them), makes a fresh
-            network namespace, mounts a fresh tmpfs on /work, /tmp and /dev/shm and a new /proc,
-            hides the cgroup mount — all before the request arrives (the "armed" init; the next
-            one is armed while a call runs) — then, with the request, sizes the tmpfs and the
-            memory group to the call's limits, writes the files, and
-            └─fork──► program: a user namespace of its own (so RLIMIT_NPROC counts this call's
-                      processes only), rlimits, all capabilities dropped, no_new_privs, a seccomp
-                      filter refusing the key syscalls, fds 3+ closed, clean environment, a fresh
-                      __main__
-          init reaps every process, enforces the wall clock (sigtimedwait on SIGCHLD), measures
-          CPU and memory, sends the one result message and exits; the kernel then kills whatever
-          is left in the PID namespace (daemons, double forks) and frees the tmpfs, the network
-          namespace and, once the zygote reaps init, the memory group.
+  zygote ──clone(CLONE_VM, new PID namespace)──► the call's init: libc pause(), no Python, no
+     │                                          signal handler; SIGKILLed when the call ends
+     └──setns + fork──► the program (PID 2 of the call): its own memory cgroup, fresh mount,
+                        network, IPC and UTS namespaces, fresh tmpfs on /work, /tmp and /dev/shm,
+                        a new /proc — all before the request arrives (the "armed" spare; the next
+                        one is armed while a call runs) — then, with the request, the tmpfs and
+                        memory group sized to the call's limits, the files, and
+                        `_run_program`: a user namespace of its own (RLIMIT_NPROC counts this
+                        call's processes only), rlimits, all capabilities dropped, no_new_privs,
+                        a seccomp filter refusing the key syscalls, fds 3+ closed, a clean
+                        environment, a fresh __main__
 
-The zygote never runs candidate code, so every call starts from the same pristine state. The
-zygote kills a call's init on the host's request (output limit) or when init's own wall clock
-failed (backstop). Init is non-dumpable, so the program cannot ptrace it or read its fds, and the
-program holds none of init's file descriptors. Init has no signal handler at all, so the kernel
-drops every signal the program sends to PID 1 (it cannot end init or fake its deadline); the
-call's status comes from init's result message, never from its pipes closing. A failure while
-preparing the program is reported by init as `crash` (infrastructure), never as the program's
-own outcome; an init the OOM killer took is reported as `memory`.
+The zygote is the program's parent: it enforces the wall clock, waits for the program, measures
+CPU and memory, sends the one result message, then SIGKILLs the call's init, so the kernel kills
+whatever is left in the call's PID namespace (daemons, double forks) and frees the tmpfs and the
+network namespace; once init is reaped the memory group is removed. The zygote never runs
+candidate code, so every call starts from the same pristine state. Nothing in a call can signal
+or ptrace the zygote (it is outside the call's PID namespace) or its init (no handlers: the kernel
+drops the program's signals to PID 1; non-dumpable memory: no ptrace, no /proc/1/fd). A call's
+status comes from the zygote's result message, never from its pipes closing. A failure while
+preparing the program is reported as `crash` (infrastructure), never as the program's own
+outcome: the program writes one "ready" byte on a pipe it closes before its code runs.
+
+Without namespaces (level "rlimits") a forked monitor per call (`_call`) does the same job.
 """
 
-# Runs as one module after _program.py (worker.zygote_source), whose imports, constants and
-# helpers (libc, _check, _mount, _write_id_maps, _run_program, ...) it uses.
+# Runs as one module after _program.py and _spare.py (worker.zygote_source), whose imports,
+# constants and helpers (libc, _check, _mount, _write_id_maps, _run_program, Spare, ...) it uses.
 
-BACKSTOP_S = 2.0  # the zygote kills a call this long after its own wall clock should have
-SPARE_DISK_BYTES = 64 << 20  # the armed tmpfs's size until a request resizes it
-SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220, "ppc64le": 120, "s390x": 120}.get(os.uname().machine, 56)
-pyapi = ctypes.PyDLL(None, use_errno=True)  # calls that keep the GIL, as os.fork does
+BACKSTOP_S = 2.0  # without namespaces: the zygote kills a call this long after its monitor should have
 
 
 def _send(sock, message):
@@ -44,37 +42,16 @@ def _send(sock, message):
 
 
 def _own_signals():
-    """Run once in the zygote, so every call's init inherits it. Init of a PID namespace gets
-    only the signals it has a handler for from inside its namespace: so no signal keeps a
-    handler (Python's SIGINT one made init raise KeyboardInterrupt), and SIGCHLD, the one it
-    waits for, is blocked and collected with sigtimedwait. A program's signals to PID 1 are then
-    dropped by the kernel: they cannot end init or fake its deadline."""
+    """Run once in the zygote, so every call's init (a clone holding a copy of its dispositions)
+    inherits it. Init of a PID namespace gets only the signals it has a handler for from inside
+    its namespace: so no signal keeps a handler (Python's SIGINT one once made an init raise
+    KeyboardInterrupt), and a program's signals to PID 1 are dropped by the kernel. SIGCHLD is
+    blocked: the zygote waits on pidfds (and, without namespaces, a call's monitor collects it
+    with sigtimedwait)."""
     for sig in signal.valid_signals():
         if sig not in (signal.SIGKILL, signal.SIGSTOP) and callable(signal.getsignal(sig)):
             signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
-
-
-def _setup_namespaces(disk_bytes):
-    """In the call's init: a network namespace of its own (fresh: no counters or sockets of an
-    earlier call), a private size-capped tmpfs and a new /proc."""
-    _check(libc.unshare(CLONE_NEWNET), "unshare net")
-    name = b"sandbox"
-    libc.sethostname(name, len(name))
-    opts = f"size={disk_bytes},nr_inodes=4096,mode=0755,uid=0,gid=0"
-    _mount("tmpfs", "/sandbox", "tmpfs", MS_NOSUID | MS_NODEV, opts)
-    for sub, target in (("work", "/work"), ("tmp", "/tmp"), ("shm", "/dev/shm")):
-        os.mkdir(f"/sandbox/{sub}", 0o755 if sub == "work" else 0o1777)
-        if os.path.isdir(target):
-            _mount(f"/sandbox/{sub}", target, None, MS_BIND)
-    _check(libc.umount2(b"/sandbox", MNT_DETACH), "umount /sandbox")
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    if os.path.isdir("/dev/pts"):  # ptys of its own: a shared devpts would let concurrent calls talk
-        _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
-    for hidden in ("/proc/keys", "/proc/key-users"):  # key descriptions of earlier calls (same host uid)
-        if os.path.exists(hidden):
-            _mount("/dev/null", hidden, None, MS_BIND)
-    return "/work"
 
 
 def _private_dir(base):
@@ -92,71 +69,15 @@ def _write_files(workdir, files):
             f.write(base64.b64decode(data) if kind == "b64" else data.encode())
 
 
-def _clone_into_namespaces():
-    """fork() that also puts the child in new mount/PID/IPC/UTS namespaces, as PID 1.
-
-    A raw clone(2) wrapped in the interpreter's own before/after-fork hooks (what os.fork does),
-    so one process is both the call's monitor and its init. Called with the GIL held (PyDLL).
-    """
-    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | signal.SIGCHLD
-    pyapi.PyOS_BeforeFork()
-    pid = pyapi.syscall(SYS_CLONE, ctypes.c_ulong(flags), None, None, None, None)
-    if pid == 0:
-        pyapi.PyOS_AfterFork_Child()
-    else:
-        pyapi.PyOS_AfterFork_Parent()
-        if pid < 0:
-            raise OSError(ctypes.get_errno(), "clone failed")
-    return pid
-
-
-def _armed(sock, ctrl, config, group_dir):
-    """A call's init made before its request arrives: namespaces and mounts are ready, so the
-    request only pays for the program. Exits if its setup fails (the zygote sees a dead spare).
-    With per-call memory groups it joins its own, keeps its knobs open and hides the cgroup mount."""
+def _call(msg, fds, ctrl, config):
+    """Without namespaces: the call's monitor (a fork of the zygote): files, the program, the report."""
+    req, payload, out_fd, err_fd, stdin_fd = _read_request(msg, fds)
+    call_id = req["id"]
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    group = CallGroup(group_dir, config["cgroup_version"]) if group_dir else None
-    workdir = _setup_namespaces(SPARE_DISK_BYTES)
-    if group is not None:
-        _mount("tmpfs", config["cgroup"], "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k")
-    msg, fds, _, _ = socket.recv_fds(sock, 1 << 17, 8)
-    if not msg:
-        os._exit(0)
-    sock.close()
-    head, _, inline = msg.partition(b"\n")
-    req = json.loads(head)
-    req["inline"] = inline
-    _call(req, fds, ctrl, config, workdir, group)
-
-
-def _call(req, fds, ctrl, config, workdir, group=None):
-    """The call's monitor and init (PID 1 of its namespaces): files, the program, the report."""
-    call_id, namespaces = req["id"], config["namespaces"]
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    out_fd, err_fd, *extra = fds
-    if req["memfd"]:
-        payload_fd = extra.pop(0)
-        chunks = []
-        while True:
-            chunk = os.read(payload_fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(payload_fd)
-        payload = json.loads(b"".join(chunks))
-    else:
-        payload = json.loads(req["inline"])
-    stdin_fd = extra.pop(0) if req["stdin"] else os.open("/dev/null", os.O_RDONLY)
     limits, code = payload["limits"], payload["code"]
     try:
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-        if namespaces:  # the tmpfs was mounted ahead of the request: give it this call's size
-            _mount("none", "/work", None, MS_REMOUNT, f"size={limits['disk_bytes']}")
-        else:
-            workdir = _private_dir(config["workbase"])
-        if group is not None:
-            group.set_limit(limits["memory_bytes"] + limits["disk_bytes"])
+        workdir = _private_dir(config["workbase"])
         _write_files(workdir, payload["files"])
     except OSError as exc:
         _send(ctrl, {"id": call_id, "status": "crash", "reason": f"sandbox setup failed: {exc}"})
@@ -167,12 +88,12 @@ def _call(req, fds, ctrl, config, workdir, group=None):
     if pid == 0:
         for target, fd in ((0, stdin_fd), (1, out_fd), (2, err_fd)):
             os.dup2(fd, target)
-        _run_program(code, limits, workdir, namespaces, ready_w)
+        _run_program(code, limits, workdir, False, ready_w)
     for fd in (stdin_fd, out_fd, err_fd, ready_w):
         os.close(fd)
     status, timed_out = _reap_until(pid, start + limits["wall_s"])
     if timed_out:
-        _kill_tree(pid, namespaces)
+        _kill_tree(pid, False)
         _, status = os.waitpid(pid, 0)
     os.set_blocking(ready_r, False)
     try:
@@ -184,16 +105,12 @@ def _call(req, fds, ctrl, config, workdir, group=None):
         os._exit(0)
     import resource
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if not namespaces:  # with namespaces, this process exiting takes every other one with it
-        _kill_tree(pid, namespaces)
-        import shutil
-        shutil.rmtree(workdir, ignore_errors=True)
-    report = {"id": call_id, "wait_status": status, "timed_out": timed_out,
-              "wall_s": time.monotonic() - start, "cpu_s": usage.ru_utime + usage.ru_stime,
-              "max_rss_bytes": usage.ru_maxrss * 1024}
-    if group is not None:
-        report.update(group.report())
-    _send(ctrl, report)
+    _kill_tree(pid, False)
+    import shutil
+    shutil.rmtree(workdir, ignore_errors=True)
+    _send(ctrl, {"id": call_id, "wait_status": status, "timed_out": timed_out,
+                 "wall_s": time.monotonic() - start, "cpu_s": usage.ru_utime + usage.ru_stime,
+                 "max_rss_bytes": usage.ru_maxrss * 1024})
     os._exit(0)
 
 
@@ -225,76 +142,111 @@ def _kill_tree(pid, namespaces):
         pass
 
 
-def _spawn(req, fds, ctrl, config):
+def _spawn(msg, fds, ctrl, config):
     """Without namespaces: start one call in a child; returns its pid."""
     pid = os.fork()
     if pid == 0:
         try:
-            _call(req, fds, ctrl, config, None)
+            _call(msg, fds, ctrl, config)
         finally:
             os._exit(1)
     return pid
 
 
-class Spare:
-    """The next call's init, armed ahead (see `_armed`)."""
-
-    def __init__(self, ctrl, config, groups):
-        self.sock, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.group = groups.make()
-        try:
-            self.pid = _clone_into_namespaces()
-        except OSError:
-            groups.drop(self.group)
-            raise
-        if self.pid == 0:
-            try:
-                self.sock.close()
-                _armed(child_end, ctrl, config, self.group)
-            finally:
-                os._exit(1)
-        child_end.close()
-
-    def dispatch(self, msg, fds):
-        """Hand the request over; False when the spare died before it (then it is reaped)."""
-        try:
-            socket.send_fds(self.sock, [msg], fds)
-            return True
-        except OSError:
-            os.waitpid(self.pid, 0)
-            return False
-        finally:
-            self.sock.close()
-
-
-def _enter_own_user_namespace():
+def _enter_own_namespaces():
     """The zygote becomes root (no host privilege) of a user namespace of its own, so it owns the
-    namespaces it creates per call: the host uid it runs as stays unprivileged."""
+    namespaces it creates per call (the host uid it runs as stays unprivileged), and PID 1 of a
+    PID namespace owned by it, so it may move back from a call's PID namespace after forking a
+    program into it. The process that made the namespaces waits and exits with the zygote."""
     ids = (os.getuid(), os.getgid())
-    _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare user")
+    _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID), "unshare user")
     _write_id_maps(0, ids)
+    pid = os.fork()
+    if pid:
+        os.closerange(3, 1 << 16)
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)  # before it is non-dumpable
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no call's process can ptrace it (or a call's init)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # inits and their orphans: reaped by the kernel
+    return own_pidns
 
 
-def _probe():
-    """Whether per-call namespaces work here; run once at start, reported to the host."""
-    r, w = os.pipe()
-    pid = _clone_into_namespaces()
-    if pid == 0:
-        try:
-            _setup_namespaces(1 << 20)
-            if os.fork() == 0:
-                _check(libc.unshare(CLONE_NEWUSER), "unshare user")
-                _write_id_maps(UID_IN_CALL, (0, 0))
-                os.write(w, b"ok")
-                os._exit(0)
-            os.wait()
-        finally:
-            os._exit(0)
-    os.close(w)
-    answer = os.read(r, 2)
-    os.close(r)
-    os.waitpid(pid, 0)
-    return answer == b"ok"
+class _Calls:
+    """The zygote's book of calls in flight (namespaces): programs running, inits to reap."""
+
+    def __init__(self, ctrl, groups, poller):
+        self.ctrl, self.groups, self.poller = ctrl, groups, poller
+        self.running = {}  # program pidfd -> Spare
+        self.ending = {}  # init pidfd -> Spare
+        self.by_id = {}
+
+    def start(self, spare, req):
+        spare.id, spare.start = req["id"], time.monotonic()
+        spare.deadline, spare.timed_out, spare.killed = spare.start + req["wall_s"], False, None
+        self.running[spare.pidfd] = spare
+        self.by_id[spare.id] = spare
+        self.poller.register(spare.pidfd, select.POLLIN)
+
+    def kill(self, call_id, why=None):
+        spare = self.by_id.get(call_id)
+        if spare is not None:
+            if why is not None:
+                spare.killed = why
+            spare.procs.kill()
+
+    def next_deadline(self):
+        return min((s.deadline for s in self.running.values() if not s.timed_out), default=None)
+
+    def expire(self, now):
+        for spare in list(self.running.values()):
+            if now >= spare.deadline and not spare.timed_out:
+                spare.timed_out = True
+                self.kill(spare.id)
+
+    def event(self, fd):
+        if fd in self.running:
+            self._ended(self.running.pop(fd))
+        elif fd in self.ending:
+            spare = self.ending.pop(fd)
+            self.poller.unregister(fd)
+            spare.procs.release()  # init is gone, and with it every process of the call
+            self.groups.drop(spare.group)
+
+    def _ended(self, spare):
+        self.poller.unregister(spare.pidfd)
+        self.by_id.pop(spare.id, None)
+        status, usage = spare.procs.wait()
+        wall = time.monotonic() - spare.start
+        memory = self.groups.report(spare.group)
+        spare.procs.kill(program=False)  # the kernel kills what is left of the call
+        self.ending[spare.procs.init_fd] = spare
+        self.poller.register(spare.procs.init_fd, select.POLLIN)
+        started, why, armed_s = spare.started()
+        if spare.killed is not None:
+            report = spare.killed
+        elif not started and not spare.timed_out:
+            if memory.get("oom_kills"):
+                report = {"status": "memory", "reason": "OOM-killed at the call's memory cap", **memory}
+            else:
+                report = {"status": "crash", "reason": why or "the program's sandbox setup failed (see stderr)"}
+        else:
+            report = {"wait_status": status, "timed_out": spare.timed_out, "wall_s": wall,
+                      "cpu_s": max(0.0, usage.ru_utime + usage.ru_stime - armed_s), "max_rss_bytes": usage.ru_maxrss * 1024, **memory}
+        _send(self.ctrl, {"id": spare.id, **report})
+
+
+def _dispatch(spare, msg, fds, config, groups, own_pidns):
+    """Hand a request to the armed spare (one dead while armed is replaced once); returns the
+    spare that took it, or raises OSError."""
+    for _ in range(2):
+        spare = spare or Spare(config, groups, own_pidns)
+        if spare.dispatch(msg, fds):
+            return spare
+        groups.drop(spare.group)
+        spare = None
+    raise OSError("the call's init could not be prepared")
 
 
 def main():
@@ -314,94 +266,85 @@ def main():
             pass
     groups = CallGroups(config.get("cgroup"), config.get("cgroup_version", 1))
     import gc
+    own_pidns = None
+    if config["namespaces"]:
+        try:
+            own_pidns = _enter_own_namespaces()
+            why = _probe(own_pidns) if config["probe"] else ""
+        except OSError as exc:
+            why = str(exc)
+        if why:
+            _send(ctrl, {"ready": False, "reason": f"per-call namespaces could not be created inside the sandbox: {why}"})
+            return
     if config["preload"]:
         gc.collect()
         gc.freeze()  # children never scan (and so never copy-on-write) the zygote's objects
-    if config["namespaces"]:
-        try:
-            _enter_own_user_namespace()
-            ready = _probe() if config["probe"] else True
-        except OSError as exc:
-            ready = False
-            _send(ctrl, {"ready": False, "reason": f"per-call namespaces unavailable inside the sandbox: {exc}"})
-            return
-        if not ready:
-            _send(ctrl, {"ready": False, "reason": "per-call namespaces could not be created inside the sandbox"})
-            return
     _send(ctrl, {"ready": True, "pid": os.getpid(), "python": sys.version.split()[0]})
     poller = select.poll()
     poller.register(ctrl.fileno(), select.POLLIN)
-    calls = {}  # pidfd -> (pid, call id, deadline, memory group dir)
-    by_id = {}  # call id -> pid
-    killed = {}  # call id -> result to send when its init is reaped
-    spare = Spare(ctrl, config, groups) if config["namespaces"] and config["preload"] else None
+    book = _Calls(ctrl, groups, poller)
+    monitors = {}  # without namespaces: monitor pidfd -> (pid, call id, deadline)
+    killed = {}  # without namespaces: call id -> result to send when its monitor is reaped
+    spare = Spare(config, groups, own_pidns) if config["namespaces"] and config["preload"] else None
     while True:
         now = time.monotonic()
-        timeout = min((c[2] for c in calls.values()), default=now + 3600) - now
+        deadlines = [d for d in (book.next_deadline(), *(m[2] for m in monitors.values())) if d is not None]
+        timeout = min(deadlines, default=now + 3600) - now
         for fd, _ in poller.poll(max(0.0, timeout) * 1000):
-            if fd == ctrl.fileno():
-                msg, fds, _, _ = socket.recv_fds(ctrl, 1 << 17, 8)
-                if not msg:
-                    return
-                head, _, inline = msg.partition(b"\n")
-                req = json.loads(head)
-                req["inline"] = inline
-                if "kill" in req:
-                    pid = by_id.get(req["kill"])
-                    if pid is not None:
-                        killed[req["kill"]] = {"status": "killed", "reason": "killed on the host's request"}
-                        os.kill(pid, signal.SIGKILL)
-                    continue
-                pid, group = None, None
-                try:
-                    if not config["namespaces"]:
-                        pid = _spawn(req, fds, ctrl, config)
-                    else:
-                        for _ in range(2):  # a spare that died while armed is replaced once
-                            spare = spare or Spare(ctrl, config, groups)
-                            if spare.dispatch(msg, fds):
-                                pid, group = spare.pid, spare.group
-                                spare = None
-                                break
-                            groups.drop(spare.group)
-                            spare = None
-                        if pid is None:
-                            raise OSError("the call's init could not be prepared")
-                except OSError as exc:
-                    _send(ctrl, {"id": req["id"], "status": "crash", "reason": f"could not start the call: {exc}"})
-                for f in fds:
-                    os.close(f)
-                if pid is None:
-                    continue
-                pidfd = os.pidfd_open(pid)
-                calls[pidfd] = (pid, req["id"], time.monotonic() + req["wall_s"] + BACKSTOP_S, group)
-                by_id[req["id"]] = pid
-                poller.register(pidfd, select.POLLIN)
+            if fd != ctrl.fileno():
+                if fd in monitors:
+                    _monitor_ended(fd, monitors, killed, ctrl, poller)
+                else:
+                    book.event(fd)
+                continue
+            msg, fds, _, _ = socket.recv_fds(ctrl, 1 << 17, 8)
+            if not msg:
+                return
+            req = json.loads(msg.partition(b"\n")[0])
+            if "kill" in req:
+                why = {"status": "killed", "reason": "killed on the host's request"}
+                book.kill(req["kill"], why)
+                pid = next((m[0] for m in monitors.values() if m[1] == req["kill"]), None)
+                if pid is not None:
+                    killed[req["kill"]] = why
+                    os.kill(pid, signal.SIGKILL)
+                continue
+            try:
                 if config["namespaces"]:
-                    try:  # arm the next call's init while this one runs
-                        spare = Spare(ctrl, config, groups)
-                    except OSError:
-                        spare = None
-            else:
-                pid, call_id, _, group = calls.pop(fd)
-                poller.unregister(fd)
-                os.close(fd)
-                by_id.pop(call_id, None)
-                _, status = os.waitpid(pid, 0)  # init reaped: every process of the call is gone
-                oom_kills = groups.drop(group)
-                if call_id in killed:
-                    _send(ctrl, {"id": call_id, **killed.pop(call_id)})
-                elif status != 0 and oom_kills:  # init itself was the OOM killer's pick
-                    _send(ctrl, {"id": call_id, "status": "memory", "oom_kills": oom_kills,
-                                 "reason": "OOM-killed at the call's memory cap"})
-                elif status != 0:
-                    _send(ctrl, {"id": call_id, "status": "crash",
-                                 "reason": f"the call's monitor died (wait status {status})"})
+                    book.start(_dispatch(spare, msg, fds, config, groups, own_pidns), req)
+                    spare = None
+                else:
+                    pid = _spawn(msg, fds, ctrl, config)
+                    pidfd = os.pidfd_open(pid)
+                    monitors[pidfd] = (pid, req["id"], time.monotonic() + req["wall_s"] + BACKSTOP_S)
+                    poller.register(pidfd, select.POLLIN)
+            except OSError as exc:
+                spare = None
+                _send(ctrl, {"id": req["id"], "status": "crash", "reason": f"could not start the call: {exc}"})
+            for f in fds:
+                os.close(f)
+            if config["namespaces"] and spare is None:
+                try:  # arm the next call while this one runs
+                    spare = Spare(config, groups, own_pidns)
+                except OSError:
+                    spare = None
         now = time.monotonic()
-        for pid, call_id, deadline, _ in list(calls.values()):
-            if now >= deadline and call_id not in killed:  # its own wall clock failed: backstop
-                killed[call_id] = {"status": "crash", "reason": "the call's init missed its wall clock; killed by the zygote"}
+        book.expire(now)
+        for pid, call_id, deadline in list(monitors.values()):
+            if now >= deadline and call_id not in killed:  # its monitor missed its wall clock: backstop
+                killed[call_id] = {"status": "crash", "reason": "the call's monitor missed its wall clock; killed by the zygote"}
                 os.kill(pid, signal.SIGKILL)
+
+
+def _monitor_ended(fd, monitors, killed, ctrl, poller):
+    pid, call_id, _ = monitors.pop(fd)
+    poller.unregister(fd)
+    os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    if call_id in killed:
+        _send(ctrl, {"id": call_id, **killed.pop(call_id)})
+    elif status != 0:
+        _send(ctrl, {"id": call_id, "status": "crash", "reason": f"the call's monitor died (wait status {status})"})
 
 
 if __name__ == "__main__":

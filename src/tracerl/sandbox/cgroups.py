@@ -133,7 +133,7 @@ class WorkerGroup:
     per-call groups below the memory one. v2: one group with both controllers; since a v2 group
     whose children use controllers may hold no processes, the worker joins a leaf `zygote/` below
     it and the per-call groups are that leaf's siblings. The group is delegated to `owner` (its
-    directory and DELEGATED files), so the worker may create groups and move its calls' inits
+    directory and DELEGATED files), so the worker may create groups and move its calls' programs
     into them; the group's own limits stay root's."""
 
     def __init__(self, memory_bytes: int, max_pids: int, owner: int | None = None) -> None:
@@ -182,13 +182,15 @@ class WorkerGroup:
             return int(f.read())
 
     def oom_kills(self) -> int:
-        """How many processes the kernel's OOM killer has killed in this group so far."""
+        """How many processes the kernel's OOM killer has killed in this group so far (read
+        twice per call: the knob stays open, and pread needs no lock between threads)."""
         try:
-            with open(self._knob(2)) as f:
-                for line in f:
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill":
-                        return int(value)
+            if getattr(self, "_events_fd", None) is None:
+                self._events_fd = os.open(self._knob(2), os.O_RDONLY | os.O_CLOEXEC)
+            for line in os.pread(self._events_fd, 4096, 0).decode().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
         except (OSError, IndexError, ValueError):
             pass
         return 0
@@ -196,6 +198,9 @@ class WorkerGroup:
     def remove(self, wait_s: float = 2.0) -> None:
         """Remove the groups once their processes are gone (rmdir fails while any remain), with
         any per-call groups (and, v2, the worker's leaf) a killed worker left below them."""
+        fd, self._events_fd = getattr(self, "_events_fd", None), None
+        if fd is not None:
+            os.close(fd)
         deadline = time.monotonic() + wait_s
         for path in self.dirs:
             while True:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from enum import Enum
 
 from tracerl.errors import UserError
@@ -67,7 +67,7 @@ class Limits:
             raise UserError(f"Limits.nofile must be at least 8 (stdin/stdout/stderr and the interpreter's own), got {self.nofile}.")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # scalars: no deep copy needed
 
 
 @dataclass(frozen=True)

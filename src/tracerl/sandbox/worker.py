@@ -24,11 +24,11 @@ _ZYGOTE_SOURCE: str | None = None
 
 
 def zygote_source() -> str:
-    """The worker's code: `_program.py` then `_zygote.py`, run as one module inside the sandbox."""
+    """The worker's code: `_program.py`, `_spare.py`, then `_zygote.py`, run as one module inside the sandbox."""
     global _ZYGOTE_SOURCE
     if _ZYGOTE_SOURCE is None:
         files = resources.files("tracerl.sandbox")
-        _ZYGOTE_SOURCE = "\n\n".join(files.joinpath(name).read_text() for name in ("_program.py", "_zygote.py"))
+        _ZYGOTE_SOURCE = "\n\n".join(files.joinpath(name).read_text() for name in ("_program.py", "_spare.py", "_zygote.py"))
     return _ZYGOTE_SOURCE
 
 
