@@ -86,17 +86,22 @@ def train_role(algo: Algorithm, roles: Roles, name: str, batch: Batch, rewards_B
                scores: dict[str, torch.Tensor], eligible: torch.Tensor, minibatches: int,
                ctx: StepContext) -> dict[str, float]:
     """`minibatches` optimizer steps of auxiliary role `name` on the eligible rows, with the algorithm's
-    `role_loss`; returns the mean of its stats over the steps, under `<name>/`."""
+    `role_loss`; returns the mean of its scalar stats over the steps and its `role_summary` of the per-row
+    ones (`row/<x>`), under `<name>/`."""
     role, keep = roles.aux[name], eligible.nonzero().flatten()
     if keep.numel() == 0:
         return {}
-    order, acc, steps = keep[torch.randperm(keep.numel())], {}, 0
+    order, acc, steps, rows = keep[torch.randperm(keep.numel())], {}, 0, {}
     for idx, mb, T in _minibatches(batch, order, minibatches):
         loss, s = algo.role_loss(name, mb, role.forward(mb), {n: v[idx, :T] for n, v in scores.items()},
                                  rewards_B[idx], ctx)
+        for n in [n for n in s if n.startswith("row/")]:
+            rows.setdefault(n[4:], []).append(s.pop(n).detach().flatten())
         s = {n: float(v) for n, v in s.items()} | {"grad_norm": role.trained.step(loss)}
         for n, v in s.items():
             acc[n] = acc.get(n, 0.0) + v
         steps += 1
     role.trained.scheduler.step()
-    return {f"{name}/{n}": v / max(steps, 1) for n, v in acc.items()}
+    out = {f"{name}/{n}": v / max(steps, 1) for n, v in acc.items()}
+    summary = algo.role_summary(name, {n: torch.cat(v) for n, v in rows.items()}) if rows else {}
+    return out | {f"{name}/{n}": float(v) for n, v in summary.items()}

@@ -148,8 +148,15 @@ class Algorithm(Part):
 
     def role_loss(self, role: str, mb: Batch, out: torch.Tensor, scores: dict[str, torch.Tensor],
                   rewards_B: torch.Tensor, ctx: StepContext) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The minibatch loss of trained role `role` from its forward `out` (with gradient), and its stats."""
+        """The minibatch loss of trained role `role` from its forward `out` (with gradient), and its stats:
+        scalars (averaged over the minibatches) and per-row tensors under `row/<name>` (concatenated over
+        the minibatches and handed to `role_summary`)."""
         raise TypeError(f"algorithm {self.name!r} trains no {role!r} role")
+
+    def role_summary(self, role: str, rows: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Stats of trained role `role` over the whole step from the per-row tensors its `role_loss` returned
+        (`rows[<name>]` for `row/<name>`, every eligible row once, each scored before the step on its minibatch)."""
+        return {}
 
     @property
     def every_row(self) -> bool:

@@ -5,8 +5,17 @@ on the same rollouts: its sequence logit is r_φ(y) = β · Σ_t log(π_φ(y_t)/
 tokens, fitted with binary cross-entropy to the outcome label 1[R > label_threshold]. Then, with the
 updated π_φ, token rewards β·log(π_φ/π_ref) give the process advantage and the outcome reward the
 outcome advantage, each with its own leave-one-out baseline (`algorithms.advantages.prime`); the
-policy loss is the shared clipped surrogate. `prm/accuracy` is measured on each minibatch before the
-PRM's step on it, so on rollouts it has not been trained on (ties at logit 0 count one half).
+policy loss is the shared clipped surrogate.
+
+Metrics (`prm_ranking`), over every row of the step, each scored before the PRM's step on its minibatch
+(so on rollouts it has not been trained on); ties count one half. At the start π_φ = π_ref, every logit
+is 0, and each metric is exactly 0.5. `prm/accuracy` is the share of rows whose logit has the label's
+sign; with few positives it rewards a PRM that calls everything wrong (all logits < 0 scores the
+negative share), and the logit has no bias term, so a uniform drift of log π_φ − log π_ref moves it
+without any change in ranking. Hence also `prm/balanced_accuracy` (mean of the per-class accuracies)
+and `prm/auc` (share of positive-negative pairs the logit orders right) and `prm/group_auc` (pairs
+within one group — the comparison the leave-one-out advantages use); these are logged only on steps
+with both labels. Chance is 0.5 for all three whatever the label balance.
 
 Departure: the PRM update's minibatches are the policy's (`rl.minibatches`); the paper's PRM has its
 own batch size. The reference is the frozen policy at the start of the stage (as for the KL term).
@@ -52,10 +61,12 @@ class PRIME(Algorithm):
         logit_B = self.beta * ((out - scores["reference"]) * mask).sum(dim=1)
         label_B = (rewards_B > self.label_threshold).to(logit_B.dtype)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logit_B, label_B)
-        with torch.no_grad():
-            pred = torch.where(logit_B > 0, 1.0, torch.where(logit_B < 0, 0.0, 0.5))
-            acc = 1 - (pred - label_B).abs()
-        return loss, {"loss": loss.detach(), "accuracy": acc.mean(), "positive_frac": label_B.mean()}
+        return loss, {"loss": loss.detach(), "row/logit": logit_B.detach(), "row/label": label_B, "row/group": mb.group_B}
+
+    def role_summary(self, role: str, rows: dict[str, torch.Tensor]) -> dict[str, float]:
+        if role != "prm":
+            return super().role_summary(role, rows)
+        return prm_ranking(rows["logit"], rows["label"], rows["group"])
 
     def advantages(self, batch: Batch, rewards_B: torch.Tensor, scores: dict[str, torch.Tensor]
                    ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -72,3 +83,25 @@ class PRIME(Algorithm):
             stats |= {"adv/mean": float(adv[sel].mean()), "adv/std": float(adv[sel].std(unbiased=False)),
                       "adv/abs_mean": float(adv[sel].abs().mean())}
         return adv, stats
+
+
+def prm_ranking(logit_B: torch.Tensor, label_B: torch.Tensor, group_B: torch.Tensor) -> dict[str, float]:
+    """How well the PRM's sequence logits separate the outcome labels (1 correct, 0 not), ties one half:
+    `accuracy` (sign vs label), `positive_frac`, and — only with both labels present — `balanced_accuracy`
+    (mean of the two classes' accuracies), `auc` (positive-negative pairs ordered right) and `group_auc`
+    (such pairs within one group; absent when no group has both labels)."""
+    pred = torch.where(logit_B > 0, 1.0, torch.where(logit_B < 0, 0.0, 0.5))
+    hit = 1 - (pred - label_B).abs()
+    out = {"accuracy": float(hit.mean()), "positive_frac": float(label_B.mean())}
+    pos, neg = label_B > 0.5, label_B <= 0.5
+    if not (pos.any() and neg.any()):
+        return out
+    out["balanced_accuracy"] = float((hit[pos].mean() + hit[neg].mean()) / 2)
+    d = logit_B[:, None] - logit_B[None, :]  # [i, j]: positive i against negative j
+    win = (d > 0).double() + 0.5 * (d == 0).double()
+    pairs = pos[:, None] & neg[None, :]
+    out["auc"] = float(win[pairs].mean())
+    same = pairs & (group_B[:, None] == group_B[None, :])
+    if same.any():
+        out["group_auc"] = float(win[same].mean())
+    return out
