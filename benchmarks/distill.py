@@ -10,13 +10,15 @@ teacher and the start, then trains `grpo` and `mopd` (pure distillation, `roles.
 teacher) from the start with the default recipe's sizes, `--steps` RL steps, a held-out evaluation every
 `--every` steps and at the end. All evaluations use one cheaper protocol (`--eval-tasks` × `--eval-samples`,
 the same tasks and seeds for every model of a seed). A row's steps-to-target is the first evaluated step
-whose held-out success is ≥ `--frac` × the teacher's; "—" if none. Finished runs (summary.json) are not rerun.
+whose held-out success is ≥ `--frac` × the teacher's; "—" if none. Finished runs are not rerun; an
+unfinished one is moved aside (`<dir>.unfinished`) and started again.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,6 +31,15 @@ def _train(args: list[str]) -> None:
     proc = subprocess.run([sys.executable, "-m", "tracerl.cli", "train", "default", *args], capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"run failed: {' '.join(args)}\n{proc.stderr[-2000:]}")
+
+
+def _fresh(run_dir: Path) -> Path:
+    """`run_dir`, with an unfinished run there (a killed benchmark) moved aside to `<name>.unfinished`."""
+    if run_dir.exists():
+        aside = run_dir.with_name(run_dir.name + ".unfinished")
+        shutil.rmtree(aside, ignore_errors=True)
+        run_dir.rename(aside)
+    return run_dir
 
 
 def _common(a, seed: int) -> list[str]:
@@ -55,17 +66,23 @@ def curve(run_dir: Path) -> list[tuple[int, float]]:
     return sorted(pts.items())
 
 
+def finished(run_dir: Path) -> bool:
+    """A run that got to its end (its summary.json is rewritten at each evaluation, `wall_s` added last)."""
+    f = run_dir / "summary.json"
+    return f.exists() and "wall_s" in json.loads(f.read_text())
+
+
 def evaluate(a, seed: int, model: Path, run_dir: Path) -> float:
-    if not (run_dir / "summary.json").exists():
-        _train([f"run.dir={run_dir}", f"model.path={model}", "stages=[eval]", *_common(a, seed)])
+    if not finished(run_dir):
+        _train([f"run.dir={_fresh(run_dir)}", f"model.path={model}", "stages=[eval]", *_common(a, seed)])
     return json.loads((run_dir / "summary.json").read_text())["evals"][-1]["eval/success"]
 
 
 def run_algo(a, seed: int, algo: str, start: Path, teacher: Path, run_dir: Path) -> None:
-    if (run_dir / "summary.json").exists():
+    if finished(run_dir):
         return
     extra = [f"roles.teachers=[{{name: math_tool, path: {teacher}}}]"] if algo == "mopd" else []
-    _train([f"run.dir={run_dir}", f"model.path={start}", "stages=[rl, eval]", f"rl.steps={a.steps}",
+    _train([f"run.dir={_fresh(run_dir)}", f"model.path={start}", "stages=[rl, eval]", f"rl.steps={a.steps}",
             f"rl.eval_every={a.every}", f"rl.prompts_per_step={a.prompts}", *_common(a, seed), *ALGOS[algo], *extra])
 
 
@@ -84,7 +101,7 @@ def collect(root: Path, frac: float) -> dict:
             continue
         row = {"teacher": teacher, "start": start, "target": frac * teacher}
         for algo in ALGOS:
-            if (sd / algo / "summary.json").exists():
+            if finished(sd / algo):
                 pts = [(0, start)] + curve(sd / algo)
                 row[algo] = {"curve": pts, "steps_to_target": first_at(pts, frac * teacher)}
         out[seed] = row
