@@ -7,7 +7,7 @@ import torch
 
 from tracerl.algorithms.batch import collate
 from tracerl.algorithms.spec import ALGORITHMS, StepContext
-from tracerl.algorithms.spec.prime import prm_ranking
+from tracerl.algorithms.spec.prime import mixed_groups, prm_ranking
 from tracerl.config import load_recipe
 from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
 from tracerl.train.aux_roles import build_aux_roles
@@ -54,6 +54,30 @@ def test_prm_cross_entropy_on_the_outcome_labels():
     assert torch.allclose(rows["logit"], torch.tensor([0.3, -0.1])) and rows["label"].tolist() == [1.0, 0.0]
     summary = ALGORITHMS["prime"]().role_summary("prm", rows)
     assert summary["accuracy"] == 1.0 and summary["auc"] == 1.0 and summary["group_auc"] == 1.0
+
+
+def test_prm_balanced_cross_entropy_on_mixed_groups_by_hand():
+    # group g: A (R = 1), B, C (R = 0); group h: D, E (R = 0) — no correct rollout, so the PRM skips it
+    batch = collate([episode("A", "g", ["s"], [[3, 5]], 1.0), episode("B", "g", ["s"], [[3, 5]], 0.0),
+                     episode("C", "g", ["s"], [[3, 5]], 0.0), episode("D", "h", ["s"], [[3, 5]], 0.0),
+                     episode("E", "h", ["s"], [[3, 5]], 0.0)], pad_id=0, truncation="keep")
+    prime = ALGORITHMS["prime"](beta=0.5)
+    assert prime.role_rows("prm", batch, batch.reward_B).tolist() == [True, True, True, False, False]
+    assert ALGORITHMS["prime"](prm_groups="all").role_rows("prm", batch, batch.reward_B) is None
+    mb = batch.rows([0, 1, 2])
+    ref = torch.tensor([[0, 0, -1.0, -2.0]] * 3)
+    prm = ref + torch.tensor([[0, 0, 0.4, 0.2], [0, 0, -0.2, 0.0], [0, 0, 0.6, 0.4]])
+    # logits 0.5·Σ: A 0.3 (label 1), B −0.1, C 0.5 (label 0); BCE A log(1+e^−0.3) = 0.554355,
+    # B log(1+e^−0.1) = 0.644397, C log(1+e^0.5) = 0.974077; balanced: (0.554355 + (0.644397 + 0.974077)/2)/2
+    bce = [math.log1p(math.exp(-0.3)), math.log1p(math.exp(-0.1)), math.log1p(math.exp(0.5))]
+    loss, _ = prime.role_loss("prm", mb, prm, {"reference": ref}, mb.reward_B, StepContext(max_tokens=10))
+    assert abs(float(loss) - (bce[0] + (bce[1] + bce[2]) / 2) / 2) < 1e-6 and abs(float(loss) - 0.681796) < 1e-6
+    plain, _ = ALGORITHMS["prime"](beta=0.5, prm_balance=False).role_loss("prm", mb, prm, {"reference": ref}, mb.reward_B,
+                                                                           StepContext(max_tokens=10))
+    assert abs(float(plain) - sum(bce) / 3) < 1e-6
+    # a group whose only correct rollout is an infrastructure failure is not mixed
+    label, group = torch.tensor([True, False, True, False]), torch.tensor([0, 0, 1, 1])
+    assert mixed_groups(label, group, torch.tensor([True, True, False, True])).tolist() == [True, True, False, False]
 
 
 def test_prm_ranking_by_hand():

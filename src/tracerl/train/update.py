@@ -85,10 +85,11 @@ def rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: torch.Tens
 def train_role(algo: Algorithm, roles: Roles, name: str, batch: Batch, rewards_B: torch.Tensor,
                scores: dict[str, torch.Tensor], eligible: torch.Tensor, minibatches: int,
                ctx: StepContext) -> dict[str, float]:
-    """`minibatches` optimizer steps of auxiliary role `name` on the eligible rows, with the algorithm's
+    """`minibatches` optimizer steps of auxiliary role `name` on the eligible rows it trains on, with the algorithm's
     `role_loss`; returns the mean of its scalar stats over the steps and its `role_summary` of the per-row
     ones (`row/<x>`), under `<name>/`."""
-    role, keep = roles.aux[name], eligible.nonzero().flatten()
+    only = algo.role_rows(name, batch, rewards_B)  # e.g. PRIME's PRM: groups with both labels
+    role, keep = roles.aux[name], (eligible if only is None else eligible & only).nonzero().flatten()
     if keep.numel() == 0:
         return {}
     order, acc, steps, rows = keep[torch.randperm(keep.numel())], {}, 0, {}

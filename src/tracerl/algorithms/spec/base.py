@@ -153,6 +153,10 @@ class Algorithm(Part):
         the minibatches and handed to `role_summary`)."""
         raise TypeError(f"algorithm {self.name!r} trains no {role!r} role")
 
+    def role_rows(self, role: str, batch: Batch, rewards_B: torch.Tensor) -> torch.Tensor | None:
+        """The rows (bool [B]) trained role `role` trains on, among those the policy may train on; None: all."""
+        return None
+
     def role_summary(self, role: str, rows: dict[str, torch.Tensor]) -> dict[str, float]:
         """Stats of trained role `role` over the whole step from the per-row tensors its `role_loss` returned
         (`rows[<name>]` for `row/<name>`, every eligible row once, each scored before the step on its minibatch)."""
