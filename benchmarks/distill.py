@@ -24,7 +24,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-ALGOS = {"grpo": [], "mopd": ["rl.algorithm={name: mopd, ratio_low: 0.5, ratio_high: 2.0, aggregation: token}"]}
+MOPD = "rl.algorithm={name: mopd, ratio_low: 0.5, ratio_high: 2.0, aggregation: token}"
+# mopd keeps truncated episodes in the loss: the teacher's token advantage does not need an outcome, and with
+# the default recipe's `truncation: mask` the student's drift into over-long answers is never corrected
+# (measured at seed 0: truncation 0 → 82 % by step 11, held-out 0.335 → 0.09; row `mopd_mask`)
+ALGOS = {"grpo": [], "mopd": [MOPD, "rl.truncation=keep"], "mopd_mask": [MOPD]}
 
 
 def _train(args: list[str]) -> None:
@@ -109,19 +113,21 @@ def collect(root: Path, frac: float) -> dict:
 
 
 def table(res: dict, frac: float) -> str:
-    lines = [f"seed  teacher  start  target({frac:.0%})  grpo steps  mopd steps   held-out per evaluated step (grpo | mopd)"]
+    algos = [a for a in ALGOS if any(a in r for r in res.values())]
+    lines = [f"seed  teacher  start  target({frac:.0%})  " + "  ".join(f"{a + ' steps':>15}" for a in algos)]
     for seed, r in sorted(res.items()):
-        cells = []
-        for algo in ALGOS:
-            s = r.get(algo, {}).get("steps_to_target") if algo in r else None
-            cells.append(("—" if s is None else str(s)) if algo in r else "(not run)")
-        curves = " | ".join(" ".join(f"{s}:{v:.2f}" for s, v in r[algo]["curve"]) for algo in ALGOS if algo in r)
-        lines.append(f"{seed:>4}  {r['teacher']:>7.3f}  {r['start']:>5.3f}  {r['target']:>11.3f}  {cells[0]:>10}  "
-                     f"{cells[1]:>10}   {curves}")
-    for algo in ALGOS:
-        finals = [r[algo]["curve"][-1][1] for r in res.values() if algo in r]
-        if finals:
-            lines.append(f"{algo}: mean held-out at its last step {statistics.mean(finals):.3f} over {len(finals)} seed(s)")
+        cells = [("—" if r[a]["steps_to_target"] is None else str(r[a]["steps_to_target"])) if a in r else "(not run)"
+                 for a in algos]
+        lines.append(f"{seed:>4}  {r['teacher']:>7.3f}  {r['start']:>5.3f}  {r['target']:>11.3f}  "
+                     + "  ".join(f"{c:>15}" for c in cells))
+    lines.append("held-out success at each evaluated step (step:success):")
+    for seed, r in sorted(res.items()):
+        for a in algos:
+            if a in r:
+                lines.append(f"  seed {seed} {a:<10} " + " ".join(f"{s}:{v:.2f}" for s, v in r[a]["curve"]))
+    for a in algos:
+        finals = [r[a]["curve"][-1][1] for r in res.values() if a in r]
+        lines.append(f"{a}: mean held-out at its last step {statistics.mean(finals):.3f} over {len(finals)} seed(s)")
     return "\n".join(lines)
 
 

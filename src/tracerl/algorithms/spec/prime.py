@@ -7,8 +7,8 @@ updated π_φ, token rewards β·log(π_φ/π_ref) give the process advantage an
 outcome advantage, each with its own leave-one-out baseline (`algorithms.advantages.prime`); the
 policy loss is the shared clipped surrogate.
 
-Metrics (`prm_ranking`), over every row of the step, each scored before the PRM's step on its minibatch
-(so on rollouts it has not been trained on); ties count one half. At the start π_φ = π_ref, every logit
+Metrics (`prm_ranking`): every eligible rollout of the step (not only the ones it trains on) is scored
+by the PRM as it enters the step, before any update on these rollouts; ties count one half. At the start π_φ = π_ref, every logit
 is 0, and each metric is exactly 0.5. `prm/accuracy` is the share of rows whose logit has the label's
 sign; with few positives it rewards a PRM that calls everything wrong (all logits < 0 scores the
 negative share), and the logit has no bias term, so a uniform drift of log π_φ − log π_ref moves it
@@ -85,6 +85,9 @@ class PRIME(Algorithm):
         if role != "prm" or self.prm_groups == "all":
             return super().role_rows(role, batch, rewards_B)
         return mixed_groups(rewards_B > self.label_threshold, batch.group_B, batch.weight_B > 0)
+
+    def summarises(self, role: str) -> bool:
+        return role == "prm"
 
     def role_summary(self, role: str, rows: dict[str, torch.Tensor]) -> dict[str, float]:
         if role != "prm":
