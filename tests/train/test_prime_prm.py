@@ -98,7 +98,8 @@ def test_prm_ranking_is_chance_where_accuracy_is_not():
     group = torch.zeros(8, dtype=torch.long)
     down, up = prm_ranking(-torch.ones(8), label, group), prm_ranking(torch.ones(8), label, group)
     assert down["accuracy"] == 7 / 8 and up["accuracy"] == 1 / 8  # "all wrong" looks good, "all right" bad
-    for s in (down, up, prm_ranking(torch.zeros(8), label, group)):  # π_φ = π_ref: every logit 0
+    rounding = torch.tensor([3e-7, -2e-7, 1e-7, 0, -4e-7, 2e-7, 5e-7, -1e-7])  # π_φ = π_ref on other padding
+    for s in (down, up, prm_ranking(torch.zeros(8), label, group), prm_ranking(rounding, label, group)):
         assert s["balanced_accuracy"] == 0.5 and s["auc"] == 0.5 and s["group_auc"] == 0.5
     ranked = prm_ranking(torch.tensor([0.5, 0.1, 0.2, 0.3, 0.1, 0.2, 0.3, 0.4]), label, group)
     assert ranked["accuracy"] == 1 / 8 and ranked["balanced_accuracy"] == 0.5 and ranked["auc"] == 1.0

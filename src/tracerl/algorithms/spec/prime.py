@@ -111,6 +111,11 @@ class PRIME(Algorithm):
         return adv, stats
 
 
+TIE = 1e-5
+"""Logits (and logit differences) this close to 0 are ties: π_φ = π_ref scored on differently padded
+minibatches differs by float rounding (~1e-7 per token), which must not count as a prediction."""
+
+
 def mixed_groups(label_B: torch.Tensor, group_B: torch.Tensor, valid_B: torch.Tensor) -> torch.Tensor:
     """Rows (bool) of the groups whose valid rows hold both labels."""
     n = int(group_B.max()) + 1 if group_B.numel() else 0
@@ -120,11 +125,11 @@ def mixed_groups(label_B: torch.Tensor, group_B: torch.Tensor, valid_B: torch.Te
 
 
 def prm_ranking(logit_B: torch.Tensor, label_B: torch.Tensor, group_B: torch.Tensor) -> dict[str, float]:
-    """How well the PRM's sequence logits separate the outcome labels (1 correct, 0 not), ties one half:
-    `accuracy` (sign vs label), `positive_frac`, and — only with both labels present — `balanced_accuracy`
+    """How well the PRM's sequence logits separate the outcome labels (1 correct, 0 not), ties (within `TIE`)
+    one half: `accuracy` (sign vs label), `positive_frac`, and — only with both labels present — `balanced_accuracy`
     (mean of the two classes' accuracies), `auc` (positive-negative pairs ordered right) and `group_auc`
     (such pairs within one group; absent when no group has both labels)."""
-    pred = torch.where(logit_B > 0, 1.0, torch.where(logit_B < 0, 0.0, 0.5))
+    pred = torch.where(logit_B > TIE, 1.0, torch.where(logit_B < -TIE, 0.0, 0.5))
     hit = 1 - (pred - label_B).abs()
     out = {"accuracy": float(hit.mean()), "positive_frac": float(label_B.mean())}
     pos, neg = label_B > 0.5, label_B <= 0.5
@@ -132,7 +137,7 @@ def prm_ranking(logit_B: torch.Tensor, label_B: torch.Tensor, group_B: torch.Ten
         return out
     out["balanced_accuracy"] = float((hit[pos].mean() + hit[neg].mean()) / 2)
     d = logit_B[:, None] - logit_B[None, :]  # [i, j]: positive i against negative j
-    win = (d > 0).double() + 0.5 * (d == 0).double()
+    win = (d > TIE).double() + 0.5 * (d.abs() <= TIE).double()
     pairs = pos[:, None] & neg[None, :]
     out["auc"] = float(win[pairs].mean())
     same = pairs & (group_B[:, None] == group_B[None, :])
