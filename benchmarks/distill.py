@@ -28,7 +28,9 @@ MOPD = "rl.algorithm={name: mopd, ratio_low: 0.5, ratio_high: 2.0, aggregation: 
 # mopd keeps truncated episodes in the loss: the teacher's token advantage does not need an outcome, and with
 # the default recipe's `truncation: mask` the student's drift into over-long answers is never corrected
 # (measured at seed 0: truncation 0 → 82 % by step 11, held-out 0.335 → 0.09; row `mopd_mask`)
-ALGOS = {"grpo": [], "mopd": [MOPD, "rl.truncation=keep"], "mopd_mask": [MOPD]}
+ALGOS = {"grpo": [], "mopd": [MOPD, "rl.truncation=keep"], "mopd_mask": [MOPD],
+         # the teacher's token advantage plus the GRPO outcome advantage (Nemotron's mixing, outcome_coef 1)
+         "mopd_outcome": [MOPD, "rl.truncation=keep", "rl.algorithm.outcome_coef=1.0"]}
 
 
 def _train(args: list[str]) -> None:
