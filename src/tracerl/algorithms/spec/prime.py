@@ -7,25 +7,25 @@ updated π_φ, token rewards β·log(π_φ/π_ref) give the process advantage an
 outcome advantage, each with its own leave-one-out baseline (`algorithms.advantages.prime`); the
 policy loss is the shared clipped surrogate.
 
-Metrics (`prm_ranking`): every eligible rollout of the step (not only the ones it trains on) is scored
-by the PRM as it enters the step, before any update on these rollouts; ties count one half. At the start π_φ = π_ref, every logit
-is 0, and each metric is exactly 0.5. `prm/accuracy` is the share of rows whose logit has the label's
-sign; with few positives it rewards a PRM that calls everything wrong (all logits < 0 scores the
-negative share), and the logit has no bias term, so a uniform drift of log π_φ − log π_ref moves it
-without any change in ranking. Hence also `prm/balanced_accuracy` (mean of the per-class accuracies)
-and `prm/auc` (share of positive-negative pairs the logit orders right) and `prm/group_auc` (pairs
-within one group — the comparison the leave-one-out advantages use); these are logged only on steps
-with both labels. Chance is 0.5 for all three whatever the label balance.
+Metrics (`prm_ranking`): every eligible rollout of the step (not only the ones it trains on) is
+scored by the PRM as it enters the step, before any update on these rollouts; ties count one half. At
+the start π_φ = π_ref, every logit is 0 and each metric exactly 0.5. `prm/accuracy` is the share of
+rollouts whose logit has the label's sign: with few positives a PRM that calls everything wrong
+scores the negative share, and since the logit has no bias term a uniform drift of log π_φ − log π_ref
+moves it with no change in ranking. Hence also `prm/balanced_accuracy` (mean of the two labels'
+accuracies), `prm/auc` (share of positive-negative pairs ordered right) and `prm/group_auc` (such
+pairs within one group: the comparison the leave-one-out advantages make), logged on steps with both
+labels; chance is 0.5 for these whatever the label balance.
 
-The PRM trains only on the groups with both labels (`prm_groups: mixed`, the paper's online prompt
-filter) and weights the labels equally (`prm_balance`). Without these, on text_world (~13 % successes)
-the cross-entropy mostly pushes log π_φ down on the sampled — mostly failed — rollouts; the freed mass
-goes to tokens the reference thought unlikely, the policy's later failures are made of such tokens,
-and the implicit reward ranks them above the successes (measured: `prm/auc` 0.42 over steps 2–12, 0.06
-at step 9; docs/algorithms.md).
+The PRM trains only on the groups with both labels (`prm_groups: mixed`, as the paper's online prompt
+filter) with the two labels weighted equally (`prm_balance`). Without them, on text_world (~10 %
+successes) the cross-entropy mostly pushes log π_φ down on failed rollouts, and once the policy's
+successes thin out the PRM scores every failure above zero and ranks failures above successes
+(docs/algorithms.md, "PRIME's PRM on text_world").
 
 Departure: the PRM update's minibatches are the policy's (`rl.minibatches`); the paper's PRM has its
-own batch size, and the paper filters the policy's prompts too (here only the PRM's). The reference is the frozen policy at the start of the stage (as for the KL term).
+own batch size, and the paper filters the policy's prompts too (here only the PRM's). The reference
+is the frozen policy at the start of the stage (as for the KL term).
 """
 
 from __future__ import annotations
