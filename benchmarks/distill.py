@@ -87,7 +87,7 @@ def evaluate(a, seed: int, model: Path, run_dir: Path) -> float:
 def run_algo(a, seed: int, algo: str, start: Path, teacher: Path, run_dir: Path) -> None:
     if finished(run_dir):
         return
-    extra = [f"roles.teachers=[{{name: math_tool, path: {teacher}}}]"] if algo == "mopd" else []
+    extra = [f"roles.teachers=[{{name: math_tool, path: {teacher}}}]"] if algo.startswith("mopd") else []
     _train([f"run.dir={_fresh(run_dir)}", f"model.path={start}", "stages=[rl, eval]", f"rl.steps={a.steps}",
             f"rl.eval_every={a.every}", f"rl.prompts_per_step={a.prompts}", *_common(a, seed), *ALGOS[algo], *extra])
 
