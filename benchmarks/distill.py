@@ -11,7 +11,8 @@ teacher) from the start with the default recipe's sizes, `--steps` RL steps, a h
 `--every` steps and at the end. All evaluations use one cheaper protocol (`--eval-tasks` × `--eval-samples`,
 the same tasks and seeds for every model of a seed). A row's steps-to-target is the first evaluated step
 whose held-out success is ≥ `--frac` × the teacher's; "—" if none. Finished runs are not rerun; an
-unfinished one is moved aside (`<dir>.unfinished`) and started again.
+unfinished one is moved aside (`<dir>.unfinished`) and started again; `--from-runs` shows unfinished
+runs with the evaluations they reached, marked.
 """
 
 from __future__ import annotations
@@ -106,10 +107,11 @@ def collect(root: Path, frac: float) -> dict:
         except FileNotFoundError:
             continue
         row = {"teacher": teacher, "start": start, "target": frac * teacher}
-        for algo in ALGOS:
-            if finished(sd / algo):
+        for algo in ALGOS:  # an unfinished run (stopped early) is shown with the evaluations it got to
+            if (sd / algo / "summary.json").exists():
                 pts = [(0, start)] + curve(sd / algo)
-                row[algo] = {"curve": pts, "steps_to_target": first_at(pts, frac * teacher)}
+                row[algo] = {"curve": pts, "steps_to_target": first_at(pts, frac * teacher),
+                             "finished": finished(sd / algo)}
         out[seed] = row
     return out
 
@@ -118,18 +120,22 @@ def table(res: dict, frac: float) -> str:
     algos = [a for a in ALGOS if any(a in r for r in res.values())]
     lines = [f"seed  teacher  start  target({frac:.0%})  " + "  ".join(f"{a + ' steps':>15}" for a in algos)]
     for seed, r in sorted(res.items()):
-        cells = [("—" if r[a]["steps_to_target"] is None else str(r[a]["steps_to_target"])) if a in r else "(not run)"
+        cells = [(("—" if r[a]["steps_to_target"] is None else str(r[a]["steps_to_target"]))
+                  + ("" if r[a]["finished"] else f" (to {r[a]['curve'][-1][0]})")) if a in r else "(not run)"
                  for a in algos]
-        lines.append(f"{seed:>4}  {r['teacher']:>7.3f}  {r['start']:>5.3f}  {r['target']:>11.3f}  "
+        lines.append(f"{seed:>4}  {r['teacher']:>7.3f}  {r['start']:>5.3f}  {r['target']:>11.4f}  "
                      + "  ".join(f"{c:>15}" for c in cells))
     lines.append("held-out success at each evaluated step (step:success):")
     for seed, r in sorted(res.items()):
         for a in algos:
             if a in r:
-                lines.append(f"  seed {seed} {a:<10} " + " ".join(f"{s}:{v:.2f}" for s, v in r[a]["curve"]))
+                lines.append(f"  seed {seed} {a:<12} " + " ".join(f"{s}:{v:.3f}" for s, v in r[a]["curve"])
+                             + ("" if r[a]["finished"] else "  (unfinished)"))
     for a in algos:
-        finals = [r[a]["curve"][-1][1] for r in res.values() if a in r]
-        lines.append(f"{a}: mean held-out at its last step {statistics.mean(finals):.3f} over {len(finals)} seed(s)")
+        finals = [r[a]["curve"][-1][1] for r in res.values() if a in r and r[a]["finished"]]
+        if finals:
+            lines.append(f"{a}: mean held-out at its last step {statistics.mean(finals):.3f} over {len(finals)} "
+                         "finished seed(s)")
     return "\n".join(lines)
 
 

@@ -30,12 +30,14 @@ def test_steps_to_target_by_hand(tmp_path):
     _eval(sd / "start-eval", 0.20)
     _run(sd / "grpo", {3: 0.30, 6: 0.35, 9: 0.37}, 10, 0.36)  # target 0.9 × 0.40 = 0.36: first reached at step 9
     _run(sd / "mopd", {3: 0.33, 6: 0.361}, 6, 0.361)         # 0.361 ≥ 0.36 first at step 6
-    _run(sd / "mopd_mask", {3: 0.50}, 6, 0.5, finished=False)  # killed: not in the table
+    _run(sd / "mopd_mask", {3: 0.50}, 3, 0.5, finished=False)  # stopped after step 3: shown, marked
     assert curve(sd / "mopd") == [(3, 0.33), (6, 0.361)]
     assert first_at([(0, 0.5), (3, 0.1)], 0.4) is None  # the start does not count
     res = collect(tmp_path, 0.9)
     r = res[0]
-    assert abs(r["target"] - 0.36) < 1e-12 and r["start"] == 0.20 and "mopd_mask" not in r
+    assert abs(r["target"] - 0.36) < 1e-12 and r["start"] == 0.20
     assert r["mopd"]["steps_to_target"] == 6 and r["grpo"]["steps_to_target"] == 9
+    assert r["mopd_mask"]["steps_to_target"] == 3 and not r["mopd_mask"]["finished"]
     text = table(res, 0.9)
-    assert "0:0.20 3:0.30 6:0.35 9:0.37 10:0.36" in text and "mopd_mask" not in text
+    assert "0:0.200 3:0.300 6:0.350 9:0.370 10:0.360" in text and "3 (to 3)" in text and "(unfinished)" in text
+    assert "mopd_mask: mean" not in text and "grpo: mean held-out at its last step 0.360" in text
