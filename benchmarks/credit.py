@@ -1,17 +1,24 @@
-"""Level 4: does step-level credit beat terminal-reward broadcast on text_world at equal environment steps?
+"""Level 4: does step-level credit beat terminal-reward broadcast on a stateful environment at equal
+environment steps? On text_world and workplace_db.
 
-    .venv/bin/python benchmarks/credit.py                       # 3 seeds × grpo, ppo, prime, gigpo
+    .venv/bin/python benchmarks/credit.py                       # text_world, 3 seeds × grpo, ppo, prime, gigpo
+    .venv/bin/python benchmarks/credit.py --env workplace_db --seeds 0
+    .venv/bin/python benchmarks/credit.py --env text_world workplace_db   # both, 3 seeds each
     .venv/bin/python benchmarks/credit.py --seeds 0 --algos grpo gigpo
-    .venv/bin/python benchmarks/credit.py --from-runs runs/bench-credit   # table of finished runs
+    .venv/bin/python benchmarks/credit.py --from-runs runs/bench-credit   # table of finished runs (both envs)
 
-One SFT start is trained first (the text_world recipe's `sft` stage at the sizes below, into
-<root>/sft); every (algorithm, seed) run then starts from it (`model.path`), with stages eval → rl →
-eval and the same rollout budget: `rl.steps` × `rl.prompts_per_step` × `rl.group_size` episodes. The
-seed changes the RL sampling and task order, not the SFT start. Columns, from each run's store: held-out
-success after RL (avg@n), its change from the SFT start, invalid actions per policy turn, the loop
-rate (valid actions per turn that lead back to a state the episode had already been in), turns per
-episode (all of the final evaluation), the environment steps RL used, and training successes per 1,000 environment
-steps and per RL wall minute.
+Per environment, one SFT start is trained first (the env recipe's `sft` stage at the sizes below, into
+<root>/sft for text_world, <root>/workplace_db-sft for workplace_db); every (algorithm, seed) run then
+starts from it (`model.path`), with stages eval → rl → eval and the same rollout budget: `rl.steps` ×
+`rl.prompts_per_step` × `rl.group_size` episodes. text_world runs use the shipped recipes (text_world,
+ppo, prime, gigpo); workplace_db runs use the workplace_db recipe with each of those recipes' algorithm
+settings. The seed changes the RL sampling and task order, not the SFT start. Columns, from each run's
+store: held-out success after RL (avg@n), its change from the SFT start, invalid actions per policy
+turn (workplace_db: malformed and blocked calls), the loop rate, turns per episode (all of the final
+evaluation), the environment steps RL used, and training successes per 1,000 environment steps and per
+RL wall minute. A loop is, on text_world, a valid action that leads back to a state the episode had
+already been in; on workplace_db, whose state is the database (a lookup leaves it unchanged), a valid
+call that repeats an earlier call of the episode made in the same state.
 """
 
 from __future__ import annotations
@@ -22,30 +29,49 @@ import subprocess
 import sys
 from pathlib import Path
 
-ALGOS = {"grpo": "text_world", "ppo": "ppo", "prime": "prime", "gigpo": "gigpo"}  # algorithm → recipe
+ALGOS = {"grpo": "text_world", "ppo": "ppo", "prime": "prime", "gigpo": "gigpo"}  # algorithm → text_world recipe
+# the same algorithm settings on workplace_db (from recipes ppo / prime / gigpo; grpo is the recipe's own)
+WORKPLACE = {"grpo": [],
+             "ppo": ["rl.algorithm={name: ppo, alpha: 0.05, lam_value: 1.0, value_clip: 0.2, clip_low: 0.2, "
+                     "clip_high: 0.28, aggregation: token, nll: {coef: 0.1}}", "roles.critic={lr: 0.001}"],
+             "prime": ["rl.algorithm={name: prime, beta: 0.05, gamma: 1.0, label_threshold: 0.0, clip_low: 0.2, "
+                       "clip_high: 0.28, aggregation: token}"],
+             "gigpo": ["rl.algorithm={name: gigpo, omega: 1.0, gamma: 0.95, scale: std, clip_low: 0.2, "
+                       "clip_high: 0.28, aggregation: token}"]}
+SUCCESS = {"text_world": "success", "workplace_db": "correct"}  # the reward component that is success
 SIZES = ["env.train_tasks=800", "env.heldout_tasks=50", "eval.tasks=50", "eval.samples=2", "eval.k=[1,2]",
          "rl.checkpoint_every=100", "rl.eval_every=0", "run.threads=1", "run.progress=false"]
-SFT = ["sft.demos=600", "sft.epochs=4", "stages=[sft]"]
+SFT = {"text_world": ["sft.demos=600", "sft.epochs=4", "stages=[sft]"],
+       "workplace_db": ["stages=[sft]"]}  # the recipe's own SFT (2000 × 10 at lr 1e-3; smaller did not copy ids)
 RL = ["rl.steps=8", "rl.prompts_per_step=8", "rl.group_size=4", "stages=[eval,rl,eval]"]
 EXTRA = {"ppo": ["roles.critic.pretrain_steps=2"]}  # VAPO's value pretraining, scaled to the 8-step budget
+INVALID = {"invalid_action", "blocked_action"}
 
 
-def episode_stats(trajs) -> dict[str, float]:
-    """Invalid actions per turn; loops per turn (a valid action that leads back to a state the episode was
-    already in); turns per episode; successes and environment steps (turns) in all."""
+def episode_stats(trajs, *, success: str = "success", loop: str = "revisit") -> dict[str, float]:
+    """Invalid actions per turn; loops per turn; turns per episode; successes (reward component
+    `success` > 0) and environment steps (turns) in all. `loop="revisit"`: a valid action that leads back
+    to a state the episode was already in; `loop="repeat"`: a valid action whose (state before it, sampled
+    ids) pair the episode already had."""
     turns = invalid = repeated = successes = 0
     for t in trajs:
-        seen = {t.initial_state_hash}
+        state, seen, calls, last = t.initial_state_hash, {t.initial_state_hash}, set(), None
         for s in t.spans:
             if s.kind == "action":
                 turns += 1
+                last = (state, s.sampled_ids_sha256 or tuple(t.token_ids[s.start:s.end]))
             elif s.kind == "observation":
-                bad = s.tool_status == "invalid_action"
+                bad = s.tool_status in INVALID
                 invalid += bad
+                if loop == "repeat" and last is not None:
+                    repeated += (not bad) and last in calls
+                    calls.add(last)
                 if s.state_hash is not None:  # an invalid action stays put: counted as invalid, not as a loop
-                    repeated += (not bad) and s.state_hash in seen
+                    if loop == "revisit":
+                        repeated += (not bad) and s.state_hash in seen
                     seen.add(s.state_hash)
-        successes += t.reward_components.get("success", 0.0) > 0
+                    state = s.state_hash
+        successes += t.reward_components.get(success, 0.0) > 0
     n = max(len(trajs), 1)
     return {"invalid_rate": invalid / max(turns, 1), "repeat_rate": repeated / max(turns, 1),
             "turns": turns / n, "successes": float(successes), "env_steps": float(turns), "episodes": float(len(trajs))}
@@ -66,13 +92,15 @@ def row_of(run_dir: Path) -> dict:
     ids = [r[0] for r in db.execute("SELECT trajectory_id FROM trajectories WHERE stage LIKE 'eval%' AND step=?",
                                     (evals["rl"]["step"],))]
     db.close()
+    env = config["env"]["name"]
+    kind = {"success": SUCCESS.get(env, "success"), "loop": "repeat" if env == "workplace_db" else "revisit"}
     with Store(run_dir / "store.sqlite") as store:
-        train = episode_stats(list(store.trajectories(stage="rl")))
+        train = episode_stats(list(store.trajectories(stage="rl")), **kind)
         final = [t for tid in ids for t in store.trajectories(trajectory_id=tid)]
     rl = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rl_wall = sum(m.get("time/rollout_s", 0.0) + m.get("time/learner_s", 0.0) for m in rl if m.get("stage") == "rl")
-    ev = episode_stats(final)
-    return {"algo": config["rl"]["algorithm"]["name"], "seed": config["run"]["seed"],
+    ev = episode_stats(final, **kind)
+    return {"env": env, "algo": config["rl"]["algorithm"]["name"], "seed": config["run"]["seed"],
             "start": evals["base"]["eval/success"], "success": evals["rl"]["eval/success"],
             "invalid_rate": ev["invalid_rate"], "repeat_rate": ev["repeat_rate"], "turns": ev["turns"],
             "env_steps": train["env_steps"], "per_kstep": 1000 * train["successes"] / max(train["env_steps"], 1),
@@ -88,42 +116,61 @@ def _train(recipe: str, overrides: list[str]) -> None:
     subprocess.run([sys.executable, "-m", "tracerl.cli", "train", recipe, *overrides], check=True)
 
 
+def plan(env: str, algos: list[str], seeds: list[int], root: Path, extra: list[str] = ()
+         ) -> list[tuple[str, list[str], Path]]:
+    """(recipe, overrides, run dir) of the SFT start, then of every (seed, algorithm) run, of one env;
+    `extra` overrides go last on every run (e.g. a smaller size)."""
+    prefix = "" if env == "text_world" else f"{env}-"  # text_world keeps the layout of earlier roots
+    sft = root / f"{prefix}sft"
+    runs = [(env, [f"run.dir={sft}", *SIZES, *SFT[env], *extra], sft)]
+    for seed in seeds:
+        for algo in algos:
+            where = root / f"{prefix}{algo}-s{seed}"
+            recipe, own = (ALGOS[algo], []) if env == "text_world" else (env, WORKPLACE[algo])
+            runs.append((recipe, [f"run.dir={where}", f"run.seed={seed}", f"model.path={sft}/checkpoints/step_0",
+                                  *SIZES, *RL, *own, *EXTRA.get(algo, []), *extra], where))
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--env", nargs="+", default=["text_world"], choices=list(SUCCESS))
     p.add_argument("--algos", nargs="+", default=list(ALGOS), choices=list(ALGOS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--root", default="runs/bench-credit")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="overrides for every run, after the benchmark's (a smoke: sft.demos=300 rl.steps=2 eval.tasks=10)")
     p.add_argument("--from-runs", metavar="ROOT", help="tabulate the finished runs under ROOT instead of running")
     args = p.parse_args(argv)
     root = Path(args.from_runs or args.root)
     if not args.from_runs:
-        sft = root / "sft"
-        if not (sft / "checkpoints" / "step_0").exists():
-            _train("text_world", [f"run.dir={sft}", *SIZES, *SFT])
-        for seed in args.seeds:
-            for algo in args.algos:
-                where = root / f"{algo}-s{seed}"
+        for env in args.env:
+            (recipe, overrides, sft), *runs = plan(env, args.algos, args.seeds, root, args.set)
+            if not (sft / "checkpoints" / "step_0").exists():
+                _train(recipe, overrides)
+            for recipe, overrides, where in runs:
                 if not _finished(where):
-                    _train(ALGOS[algo], [f"run.dir={where}", f"run.seed={seed}", f"model.path={sft}/checkpoints/step_0",
-                                         *SIZES, *RL, *EXTRA.get(algo, [])])
-    rows = [row_of(d) for d in sorted(root.iterdir()) if d.name != "sft" and _finished(d)]
+                    _train(recipe, overrides)
+    rows = [row_of(d) for d in sorted(root.iterdir()) if not d.name.endswith("sft") and _finished(d)]
     print(table(rows))
     return 0
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'algorithm':<9} {'seed':>4} {'start':>6} {'held-out':>8} {'change':>7} {'invalid':>7} {'loops':>6} "
-            f"{'turns':>5} {'env steps':>9} {'succ/1k steps':>13} {'succ/min':>8}")
+    head = (f"{'env':<12} {'algorithm':<9} {'seed':>4} {'start':>6} {'held-out':>8} {'change':>7} {'invalid':>7} "
+            f"{'loops':>6} {'turns':>5} {'env steps':>9} {'succ/1k steps':>13} {'succ/min':>8}")
     lines = [head, "-" * len(head)]
+    rows = sorted(rows, key=lambda r: (r.get("env", "text_world") != "text_world", r.get("env", "text_world")))
     for r in rows:
-        lines.append(f"{r['algo']:<9} {r['seed']:>4} {r['start']:>6.3f} {r['success']:>8.3f} {r['success'] - r['start']:>+7.3f} "
+        lines.append(f"{r.get('env', 'text_world'):<12} {r['algo']:<9} {r['seed']:>4} {r['start']:>6.3f} "
+                     f"{r['success']:>8.3f} {r['success'] - r['start']:>+7.3f} "
                      f"{r['invalid_rate']:>7.3f} {r['repeat_rate']:>6.3f} {r['turns']:>5.2f} {r['env_steps']:>9.0f} "
                      f"{r['per_kstep']:>13.2f} {r['per_min']:>8.2f}")
     lines.append("")
-    for algo in dict.fromkeys(r["algo"] for r in rows):
-        mine = [r for r in rows if r["algo"] == algo]
+    for env, algo in dict.fromkeys((r.get("env", "text_world"), r["algo"]) for r in rows):
+        mine = [r for r in rows if r.get("env", "text_world") == env and r["algo"] == algo]
         mean = sum(r["success"] for r in mine) / len(mine)
-        lines.append(f"{algo:<9} mean held-out {mean:.3f} over {len(mine)} seeds")
+        lines.append(f"{env:<12} {algo:<9} mean held-out {mean:.3f} over {len(mine)} seeds")
     return "\n".join(lines)
 
 

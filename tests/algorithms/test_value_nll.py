@@ -51,3 +51,12 @@ def test_positive_nll_only_uses_successful_responses():
     assert torch.autograd.gradcheck(
         lambda x: positive_nll(x, torch.tensor([[1, 1, 0], [1, 1, 1]]), torch.tensor([1.0, 2.0]))[0],
         (lp.detach().requires_grad_(),))
+
+
+def test_explained_variance_is_undefined_for_constant_returns():
+    # every return −0.2 (as on workplace_db when every episode fails the same way): float32 rounding leaves
+    # var_t ≈ 1e-15, which gave explained variance ≈ −1e10 on workplace_db; it is NaN (undefined)
+    ret = torch.full((2, 3), -0.2) + torch.tensor([[0, 1e-7, 0], [0, 0, -1e-7]])
+    v = torch.tensor([[0.01, 0.0, -0.01], [0.02, 0.0, 0.0]])  # a critic that varies a little: 1 − var_r/var_t ≈ −1e14
+    _, stats = value_loss(v, v, ret, torch.ones(2, 3))
+    assert torch.isnan(stats["explained_variance"])

@@ -22,3 +22,37 @@ def test_episode_stats_by_hand():
     # 6 turns in all; loops 1 (A's return to s0) → 1/6; invalid 1 (B) → 1/6; 3 turns per episode; 1 success
     assert st["turns"] == 3.0 and st["env_steps"] == 6.0 and st["successes"] == 1.0
     assert abs(st["repeat_rate"] - 1 / 6) < 1e-12 and abs(st["invalid_rate"] - 1 / 6) < 1e-12
+
+
+def test_workplace_db_episode_stats_by_hand():
+    # C: in s0 `find` [3] (the database is unchanged: s0), the same `find` [3] again (a repeated call in the
+    # same state: a loop), `set` [5] (→ s1), `done` [6]; won ("correct")
+    c = episode("C", "g", ["s0", "s0", "s0", "s1"], [[3], [3], [5], [6]], 1.0)
+    # D: a blocked call [3] (stays in s0; invalid, not a loop), then `done` [7]; lost
+    d = episode("D", "g", ["s0", "s0"], [[3], [7]], 0.0)
+    d.spans[-2].tool_status = "blocked_action"
+    st = episode_stats([c, d], success="correct", loop="repeat")
+    # 6 turns; loops 1 (C's second find) → 1/6; invalid 1 (D's blocked call) → 1/6; 1 success
+    assert st["turns"] == 3.0 and st["env_steps"] == 6.0 and st["successes"] == 1.0
+    assert abs(st["repeat_rate"] - 1 / 6) < 1e-12 and abs(st["invalid_rate"] - 1 / 6) < 1e-12
+    # text_world's rule would call both of C's finds loops (each "returns" to s0), and find no success
+    tw = episode_stats([c, d])
+    assert abs(tw["repeat_rate"] - 2 / 6) < 1e-12 and tw["successes"] == 0.0
+
+
+def test_plan_covers_both_envs_with_each_algorithm():
+    from tracerl.config import load_recipe
+
+    from credit import ALGOS, plan
+
+    for env in ("text_world", "workplace_db"):
+        (_, _, sft), *runs = plan(env, list(ALGOS), [0, 1], Path("/tmp/bench"), ["rl.steps=2"])
+        assert sft.name == ("sft" if env == "text_world" else "workplace_db-sft")
+        assert len(runs) == 2 * len(ALGOS)
+        for recipe, overrides, where in runs:
+            r = load_recipe(recipe, overrides)
+            assert (r.env.name, r.rl.steps, r.rl.prompts_per_step, r.rl.group_size) == (env, 2, 8, 4)
+            assert where.name == f"{'' if env == 'text_world' else env + '-'}{r.rl.algorithm.name}-s{r.run.seed}"
+            assert r.model.path == f"{sft}/checkpoints/step_0"
+            if r.rl.algorithm.name == "ppo":
+                assert r.roles.critic.pretrain_steps == 2

@@ -85,18 +85,40 @@ def rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: torch.Tens
 def train_role(algo: Algorithm, roles: Roles, name: str, batch: Batch, rewards_B: torch.Tensor,
                scores: dict[str, torch.Tensor], eligible: torch.Tensor, minibatches: int,
                ctx: StepContext) -> dict[str, float]:
-    """`minibatches` optimizer steps of auxiliary role `name` on the eligible rows, with the algorithm's
-    `role_loss`; returns the mean of its stats over the steps, under `<name>/`."""
-    role, keep = roles.aux[name], eligible.nonzero().flatten()
+    """`minibatches` optimizer steps of auxiliary role `name` on the eligible rows it trains on, with the
+    algorithm's `role_loss`; returns the mean of its scalar stats over the steps and, when the algorithm
+    `summarises` the role, its `role_summary` of the per-row stats, all under `<name>/`."""
+    role = roles.aux[name]
+    summary = _summary_before(algo, role, name, batch, rewards_B, scores, eligible, minibatches, ctx)
+    only = algo.role_rows(name, batch, rewards_B)  # e.g. PRIME's PRM: groups with both labels
+    keep = (eligible if only is None else eligible & only).nonzero().flatten()
     if keep.numel() == 0:
-        return {}
+        return summary
     order, acc, steps = keep[torch.randperm(keep.numel())], {}, 0
     for idx, mb, T in _minibatches(batch, order, minibatches):
         loss, s = algo.role_loss(name, mb, role.forward(mb), {n: v[idx, :T] for n, v in scores.items()},
                                  rewards_B[idx], ctx)
-        s = {n: float(v) for n, v in s.items()} | {"grad_norm": role.trained.step(loss)}
+        s = {n: float(v) for n, v in s.items() if not n.startswith("row/")} | {"grad_norm": role.trained.step(loss)}
         for n, v in s.items():
             acc[n] = acc.get(n, 0.0) + v
         steps += 1
     role.trained.scheduler.step()
-    return {f"{name}/{n}": v / max(steps, 1) for n, v in acc.items()}
+    return {f"{name}/{n}": v / max(steps, 1) for n, v in acc.items()} | summary
+
+
+@torch.no_grad()
+def _summary_before(algo: Algorithm, role, name: str, batch: Batch, rewards_B: torch.Tensor,
+                    scores: dict[str, torch.Tensor], eligible: torch.Tensor, minibatches: int,
+                    ctx: StepContext) -> dict[str, float]:
+    """`role_summary` of the per-row stats (`row/<x>`) of `role_loss` over every eligible row, scored by the
+    role as it enters the step (one version, on rollouts it has not trained on); {} unless asked for."""
+    rows_idx = eligible.nonzero().flatten()
+    if not algo.summarises(name) or rows_idx.numel() == 0:
+        return {}
+    rows: dict[str, list[torch.Tensor]] = {}
+    for idx, mb, T in _minibatches(batch, rows_idx, minibatches):
+        _, s = algo.role_loss(name, mb, role.forward(mb), {n: v[idx, :T] for n, v in scores.items()}, rewards_B[idx], ctx)
+        for n in (n for n in s if n.startswith("row/")):
+            rows.setdefault(n[4:], []).append(s[n].detach().flatten())
+    summary = algo.role_summary(name, {n: torch.cat(v) for n, v in rows.items()})
+    return {f"{name}/{n}": float(v) for n, v in summary.items()}

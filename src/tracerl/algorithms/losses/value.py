@@ -51,7 +51,8 @@ def value_loss(
         resid = target - v.detach()
         var_t = masked_mean((target - masked_mean(target, mask_BT)).pow(2), mask_BT)
         var_r = masked_mean((resid - masked_mean(resid, mask_BT)).pow(2), mask_BT)
-        explained = 1 - var_r / var_t if var_t > 0 else torch.tensor(float("nan"))
+        # constant returns (every episode the same reward) leave only rounding in var_t: undefined, not −1e10
+        explained = 1 - var_r / var_t if var_t > 1e-8 else torch.tensor(float("nan"))
     return loss, {"value_loss": loss.detach(), "value_clip_frac": clipped_frac, "explained_variance": explained}
 
 

@@ -148,8 +148,23 @@ class Algorithm(Part):
 
     def role_loss(self, role: str, mb: Batch, out: torch.Tensor, scores: dict[str, torch.Tensor],
                   rewards_B: torch.Tensor, ctx: StepContext) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The minibatch loss of trained role `role` from its forward `out` (with gradient), and its stats."""
+        """The minibatch loss of trained role `role` from its forward `out` (with gradient), and its stats:
+        scalars (averaged over the minibatches) and per-row tensors under `row/<name>` (see `summarises`)."""
         raise TypeError(f"algorithm {self.name!r} trains no {role!r} role")
+
+    def role_rows(self, role: str, batch: Batch, rewards_B: torch.Tensor) -> torch.Tensor | None:
+        """The rows (bool [B]) trained role `role` trains on, among those the policy may train on; None: all."""
+        return None
+
+    def summarises(self, role: str) -> bool:
+        """True: before trained role `role` takes its steps, the update runs `role_loss` without gradient over
+        every eligible row (the role as it enters the step, on rollouts it has not trained on) and logs
+        `role_summary` of the per-row stats."""
+        return False
+
+    def role_summary(self, role: str, rows: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Stats of trained role `role` from the per-row tensors of that pass (`rows[<x>]` for `row/<x>`)."""
+        return {}
 
     @property
     def every_row(self) -> bool:

@@ -85,7 +85,7 @@ class PPO(Algorithm):
         if not sel.any():
             return adv, {}
         var_t = float(returns[sel].var(unbiased=False))
-        ev = 1 - float((returns[sel] - values[sel]).var(unbiased=False)) / var_t if var_t > 0 else float("nan")
+        ev = 1 - float((returns[sel] - values[sel]).var(unbiased=False)) / var_t if var_t > 1e-8 else float("nan")
         stats = {"adv/mean": float(adv[sel].mean()), "adv/std": float(adv[sel].std(unbiased=False)),
                  "adv/abs_mean": float(adv[sel].abs().mean()), "critic/value_mean": float(values[sel].mean()),
                  "critic/return_mean": float(returns[sel].mean()), "critic/explained_variance_before": ev}
