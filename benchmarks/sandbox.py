@@ -26,17 +26,24 @@ PROGRAM = "pass"
 LIMITS = Limits(wall_s=5, cpu_s=5, memory_bytes=256 * 2**20)
 
 
-def _tree_cpu(root: int) -> float:
-    """CPU seconds of every process below `root` plus their reaped children (from /proc)."""
-    tick, total, children = os.sysconf("SC_CLK_TCK"), 0.0, {}
+def _proc_stats() -> list[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/pid/stat after the command name) of every process now."""
+    out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
+                    out.append((int(entry), f.read().rsplit(")", 1)[1].split()))
             except OSError:
                 continue
-            children.setdefault(int(fields[1]), []).append((int(entry), fields))
+    return out
+
+
+def _tree_cpu(root: int) -> float:
+    """CPU seconds of every process below `root` plus their reaped children (from /proc)."""
+    tick, total, children = os.sysconf("SC_CLK_TCK"), 0.0, {}
+    for pid, fields in _proc_stats():
+        children.setdefault(int(fields[1]), []).append((pid, fields))
     todo = [root]
     while todo:
         for pid, fields in children.get(todo.pop(), []):
@@ -48,17 +55,8 @@ def _tree_cpu(root: int) -> float:
 def _kernel_threads_cpu() -> float:
     """CPU seconds of all kernel threads (children of kthreadd, pid 2): machine-wide, so only
     meaningful on an idle machine; a call's network namespace is torn down there."""
-    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[1] == "2":
-                total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    tick = os.sysconf("SC_CLK_TCK")
+    return sum(int(f[11]) + int(f[12]) for _, f in _proc_stats() if f[1] == "2") / tick
 
 
 def cpu_per_call(box: Sandbox, n: int) -> tuple[float, float]:
