@@ -15,8 +15,8 @@ target (by default sync's final held-out success, i.e. "the same success sync en
 seed; linear between the two evaluations around the crossing); accepted (trained) trajectories per second; trajectories rejected as stale; the mean ESS
 fraction of the importance weights π_prox/π_behavior (async; sync is on-policy: 1); final held-out
 success; and the steady-state step time (median gap between consecutive RL steps, evaluation gaps
-left out), which is the throughput once the workers are up. `rl.rollout_workers` is `--workers` for
-every async row. `--sft-checkpoint` may hold `{seed}` (one checkpoint per seed). `--summarize LOG`
+left out), which is the throughput once the workers are up. `rl.rollout_workers` is min(`--workers`, η + 1)
+(more could never be busy). `--sft-checkpoint` may hold `{seed}` (one checkpoint per seed). `--summarize LOG`
 re-prints the table of a finished run; the last lines pool the seeds (mean of the per-seed ratios,
 mean final success with its spread).
 """
@@ -133,7 +133,7 @@ def main() -> None:
             r["step_s"] = steady_step_s(run, {x["step"] for x in rows if x["stage"] == "rl" and "eval/success" in x})
         return table(set_targets(results, a.target_frac), a)
     configs = [("sync", [])] + [(f"async-eta{e}", ["rl.mode=async", f"rl.max_staleness={e}",
-                                                   f"rl.rollout_workers={a.workers}"]) for e in a.etas]
+                                                   f"rl.rollout_workers={min(a.workers, e + 1)}"]) for e in a.etas]
     results = []
     for seed in a.seeds:
         ckpt = Path(a.sft_checkpoint.format(seed=seed)) if a.sft_checkpoint else sft_checkpoint(seed, root, common)
@@ -156,7 +156,7 @@ def set_targets(results: list[dict], frac: float) -> list[dict]:
 
 def table(results: list[dict], a) -> None:
     print(f"\nseeds {a.seeds}; math_tool, {a.steps} RL steps of {a.prompts}x{a.group} episodes, {a.slow:.0%} of env steps +"
-          f"{a.slow_s}s·exp({a.sigma}·z); async rows: {a.workers} rollout workers. Ratios are against sync, same seed.")
+          f"{a.slow_s}s·exp({a.sigma}·z); async rows: min({a.workers}, η + 1) rollout workers. Ratios are against sync, same seed.")
     head = (f"{'config':<13} {'RL wall s':>9} {'x sync':>7} {'step s':>6} {'x sync':>7} {'to target s':>11} {'x sync':>7} {'samples/s':>9} "
             f"{'x sync':>7} {'stale':>6} {'ESS frac':>8} {'final':>6}")
     print(head + "\n" + "-" * len(head))

@@ -100,6 +100,10 @@ class RLConfig(_Cfg):
                        if getattr(self, k) != d]
             if changed:
                 raise ValueError(f"{', '.join(changed)} applies only with rl.mode: async")
+        elif self.rollout_workers > self.max_staleness + 1:  # the start rule keeps ≤ η + 1 jobs outstanding
+            raise ValueError(f"rl.rollout_workers={self.rollout_workers} is more than the {self.max_staleness + 1} jobs "
+                             f"rl.max_staleness={self.max_staleness} lets run at once, so some workers would never "
+                             f"get one; set rl.rollout_workers <= {self.max_staleness + 1} or raise rl.max_staleness")
         elif self.algorithm.dynamic_sampling or self.algorithm.clip_cov is not None or self.algorithm.kl_cov is not None:
             raise ValueError("rl.mode: async trains with the decoupled surrogate and fixed-size batches; it does not "
                              "combine with dynamic_sampling, clip_cov or kl_cov (use rl.mode: sync)")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tracerl.algorithms.batch import collate
@@ -175,6 +175,7 @@ def _delayed_factory(model, tok, delays, learner_ticks):
 def test_no_trajectory_older_than_eta_is_trained(tiny, eta, workers, learner_ticks, delays):
     """Random worker and learner speeds: every trained trajectory's oldest token is within η of the version it
     was trained at; every rejected one is beyond it; the stage still trains all its steps."""
+    assume(workers <= eta + 1)  # more workers than η + 1 is refused at load (test_async_keys_are_checked)
     model0, tok = tiny
     model = copy.deepcopy(model0)
     recipe = _recipe("rl.mode=async", f"rl.max_staleness={eta}", f"rl.rollout_workers={workers}", "rl.steps=4",
@@ -289,6 +290,7 @@ def test_resume_trains_every_buffered_result_and_restarts_in_flight_jobs(tiny, t
 
 
 @pytest.mark.parametrize("bad", [["rl.max_staleness=2"], ["rl.rollout_workers=2"],
+                                 ["rl.mode=async", "rl.max_staleness=1", "rl.rollout_workers=3"],  # 3 > η + 1 busy at most
                                  ["rl.mode=async", "rl.algorithm.dynamic_sampling=true"],
                                  ["rl.mode=async", "tasks.sampler.kind=dynamic"],
                                  ["rl.mode=async", "roles.grader={path: /x}"]])
