@@ -1,4 +1,5 @@
-"""The `learner:` section of a recipe: how many processes train the policy (`train/fsdp_group.py`)."""
+"""The `learner:` section of a recipe: how many processes train the policy (`train/fsdp_group.py`) and how
+it scores a minibatch (`train/shared_prefix.py`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ class LearnerConfig(_Cfg):
     """Learner processes of the RL stage; above 1 the policy is sharded over them with FSDP2 (gloo,
     CPU) and each minibatch's rows are split across them, with the single-process update's result
     (docs/training.md, "Sharded learner (FSDP2)"). 1: the policy trains in the trainer's process."""
+    share_prefix: bool = True
+    """Score each distinct prompt of a minibatch once and only the rows' continuations per row
+    (`train/shared_prefix.py`): the same log-probs and gradients up to float rounding, about half the
+    learner's forward and backward on GRPO groups. false: every row runs its whole sequence."""
 
 
 def check_learner(recipe) -> str | None:

@@ -59,7 +59,7 @@ class ShardedPolicy:
     def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, mesh):
         self.max_grad_norm = max_grad_norm
         self.names = [n for n, _ in model.named_parameters()]  # the single-process optimizer's parameter order
-        self.scorer = _Scorer(model, {k: sampling[k] for k in ("temperature", "top_p", "top_k")})
+        self.scorer = _Scorer(model, {k: sampling[k] for k in ("temperature", "top_p", "top_k", "share_prefix") if k in sampling})
         decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
         for layer in getattr(decoder, "layers", None) or []:
             fully_shard(layer, mesh=mesh)

@@ -9,6 +9,7 @@ Scoring runs the decoder once, keeps the hidden states of the positions that pre
 token, and projects only those through the output layer, a chunk at a time
 (`algorithms.logprobs.chunked_token_scores`): no `[B, T, V]` logits exist. Models whose output
 layer is more than a linear map (logit soft-capping, a logit scale) are scored from their logits.
+Rows that share a prompt (a GRPO group) run the decoder over it once (`train/shared_prefix.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tracerl.models.device import batch_to, model_device
 from tracerl.models.lora import reference_view
 from tracerl.models.precision import forward_context
 from tracerl.train.optim import make_optimizer, warmup_constant
+from tracerl.train.shared_prefix import shared_prefix_hidden
 
 
 def _decoder_and_head(model):
@@ -39,30 +41,37 @@ def _decoder_and_head(model):
 
 
 def score_actions(model, batch: Batch, *, temperature: float, top_p: float = 1.0, top_k: int = 0,
-                  chunk_size: int = 1024) -> PolicyOutput:
+                  chunk_size: int = 1024, share_prefix: bool = True) -> PolicyOutput:
     """Log-probs (processed and full) and entropies of the batch's ACTION tokens under `model`; 0 elsewhere.
 
     Gradients flow when autograd is on. Position t's token is predicted from position t − 1. The batch
     is moved to the model's device and the answer comes back on the batch's; the forward runs under the
     model's autocast (`models/precision.py`) and without a KV cache (`use_cache=False`, which gradient
-    checkpointing needs).
+    checkpointing needs). With `share_prefix` the rows' common prompts run once (`train/shared_prefix.py`).
     """
     home = batch.ids_BT.device
     batch = batch_to(batch, model_device(model))
     with forward_context(model):
-        out = _score(model, batch, temperature=temperature, top_p=top_p, top_k=top_k, chunk_size=chunk_size)
+        out = _score(model, batch, temperature=temperature, top_p=top_p, top_k=top_k, chunk_size=chunk_size,
+                     share_prefix=share_prefix)
     if home == batch.ids_BT.device:
         return out
     return PolicyOutput(**{k: None if v is None else v.to(home) for k, v in vars(out).items()})
 
 
-def _score(model, batch: Batch, *, temperature: float, top_p: float, top_k: int, chunk_size: int) -> PolicyOutput:
+def _score(model, batch: Batch, *, temperature: float, top_p: float, top_k: int, chunk_size: int,
+           share_prefix: bool) -> PolicyOutput:
     ids, attn = batch.ids_BT, batch.attn_BT
     sel = batch.action_BT[:, 1:] > 0
     targets = ids[:, 1:][sel]
     parts = _decoder_and_head(model)
     if parts is not None:
-        hidden = parts[0](input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state[:, :-1][sel]
+        split = shared_prefix_hidden(parts[0], ids, attn, batch.action_BT) if share_prefix else None
+        if split is None:
+            hidden = parts[0](input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state[:, :-1][sel]
+        else:  # the decoder ran columns [P, T) per row on the distinct prompts' cache: no ACTION is predicted before P
+            P, tail = split
+            hidden = tail[:, :-1][sel[:, P:]]
         logp, ent, full = chunked_token_scores(hidden, targets, lm_head=parts[1], chunk_size=chunk_size,
                                                temperature=temperature, top_p=top_p, top_k=top_k)
     else:
@@ -81,9 +90,10 @@ def _score(model, batch: Batch, *, temperature: float, top_p: float, top_k: int,
 class PolicyRole:
     """The policy: its model, AdamW optimizer and warm-up schedule, scored under the sampling distribution."""
 
-    def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, state: dict | None = None):
+    def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, state: dict | None = None,
+                 share_prefix: bool = True):
         self.model, self.max_grad_norm = model, max_grad_norm
-        self.sampling = {k: sampling[k] for k in ("temperature", "top_p", "top_k")}
+        self.sampling = {k: sampling[k] for k in ("temperature", "top_p", "top_k")} | {"share_prefix": share_prefix}
         self.optimizer = make_optimizer(model, lr)
         self.scheduler = warmup_constant(self.optimizer, warmup=3)
         if state:
