@@ -17,6 +17,8 @@ every row, observation tokens masked through `env_mask`. Arms:
 - `tracerl`: `tracerl train default` as shipped (rows with zero advantage skip the learner);
 - `tracerl_all`: the same with a 1e-9 entropy term, which makes every row go through the learner
   (what TRL does), so the step-time ratio compares equal work;
+- `tracerl_all_plain`: `tracerl_all` with `learner.share_prefix=false`, the learner running every
+  row's whole sequence (what it did before it scored each group's prompt once);
 - `trl`: `GRPOTrainer` as above.
 
 Each arm runs in its own process; the order rotates every repetition. Reported per arm: median
@@ -38,11 +40,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ARMS = ("tracerl", "tracerl_all", "trl")
+ARMS = ("tracerl", "tracerl_all", "tracerl_all_plain", "trl")
 BUDGETS = {"max_turns": 3, "max_tokens": 192, "max_new_tokens": 40}
 
 
-def run_tracerl(model: str, steps: int, seed: int, every_row: bool, prompts: int, group: int) -> dict:
+def run_tracerl(model: str, steps: int, seed: int, every_row: bool, prompts: int, group: int,
+                share_prefix: bool = True) -> dict:
     with tempfile.TemporaryDirectory(prefix="vs-trl-") as d:
         cmd = [sys.executable, "-m", "tracerl.cli", "train", "default", f"model.path={model}", "stages=[rl]",
                f"rl.steps={steps}", f"rl.prompts_per_step={prompts}", f"rl.group_size={group}", "rl.minibatches=1",
@@ -50,14 +53,16 @@ def run_tracerl(model: str, steps: int, seed: int, every_row: bool, prompts: int
                f"run.dir={d}/run"]
         if every_row:
             cmd.append("rl.algorithm.entropy.coef=1e-9")
+        if not share_prefix:
+            cmd.append("learner.share_prefix=false")
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
         if out.returncode != 0:
             raise RuntimeError(f"tracerl train failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
         step_s = [float(m.group(1)) for m in re.finditer(r"^rl step .*\| ([0-9.]+)s$", out.stdout, re.M)]
-        rewards = [json.loads(line).get("reward/mean") for line in open(f"{d}/run/metrics.jsonl")
-                   if '"stage": "rl"' in line]
-        rewards = [r for r in rewards if r is not None]
-    return {"step_s": step_s, "reward": rewards}
+        rl = [json.loads(line) for line in open(f"{d}/run/metrics.jsonl") if '"stage": "rl"' in line]
+        rewards = [m["reward/mean"] for m in rl if m.get("reward/mean") is not None]
+        learner_s = [m["time/learner_s"] for m in rl if m.get("time/learner_s") is not None]
+    return {"step_s": step_s, "reward": rewards, "learner_s": learner_s}
 
 
 def run_trl(model_dir: str, steps: int, seed: int, prompts: int, group: int) -> dict:
@@ -138,6 +143,8 @@ def summarise(runs: dict[str, list[dict]], episodes: int) -> dict:
         step = statistics.median(s for r in reps for s in r["step_s"][1:] or r["step_s"])
         reward = statistics.mean(x for r in reps for x in r["reward"])
         out[arm] = {"step_s": step, "reward": reward, "reward_per_s": reward * episodes / step}
+        if reps[0].get("learner_s"):
+            out[arm]["learner_s"] = statistics.median(s for r in reps for s in r["learner_s"][1:] or r["learner_s"])
     for arm in out:
         if arm != "trl" and "trl" in out:
             out[arm]["trl_step_over_this"] = out["trl"]["step_s"] / out[arm]["step_s"]
@@ -162,7 +169,8 @@ def main(argv=None) -> int:
         if args.arm == "trl":
             res = run_trl(args.model, args.steps, args.seed, args.prompts, args.group)
         else:
-            res = run_tracerl(args.model, args.steps, args.seed, args.arm == "tracerl_all", args.prompts, args.group)
+            res = run_tracerl(args.model, args.steps, args.seed, args.arm.startswith("tracerl_all"), args.prompts,
+                              args.group, share_prefix=args.arm != "tracerl_all_plain")
         print("RESULT " + json.dumps(res))
         return 0
     arms = args.arms.split(",")
@@ -177,7 +185,7 @@ def main(argv=None) -> int:
                 raise RuntimeError(f"arm {arm} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
             runs[arm].append(json.loads(line[7:]))
             if not args.json:
-                print(f"rep {rep} {arm:12s} steps {['%.2f' % s for s in runs[arm][-1]['step_s']]} "
+                print(f"rep {rep} {arm:17s} steps {['%.2f' % s for s in runs[arm][-1]['step_s']]} "
                       f"reward {['%.3f' % r for r in runs[arm][-1]['reward']]}", flush=True)
     summary = summarise(runs, args.prompts * args.group)
     if args.json:
@@ -186,7 +194,8 @@ def main(argv=None) -> int:
         for arm, s in summary.items():
             extra = (f"  TRL step / this {s['trl_step_over_this']:.2f}x, reward/s vs TRL "
                      f"{s['reward_per_s_over_trl']:.2f}x") if "trl_step_over_this" in s else ""
-            print(f"{arm:12s} step {s['step_s']:.2f}s  reward {s['reward']:.3f}  "
+            learner = f" (learner {s['learner_s']:.2f}s)" if "learner_s" in s else ""
+            print(f"{arm:17s} step {s['step_s']:.2f}s{learner}  reward {s['reward']:.3f}  "
                   f"reward/s {s['reward_per_s']:.2f}{extra}")
     return 0
 
