@@ -16,9 +16,10 @@ class LearnerConfig(_Cfg):
     CPU) and each minibatch's rows are split across them, with the single-process update's result
     (docs/training.md, "Sharded learner (FSDP2)"). 1: the policy trains in the trainer's process."""
     share_prefix: bool = True
-    """Score each distinct prompt of a minibatch once and only the rows' continuations per row
-    (`train/shared_prefix.py`): the same log-probs and gradients up to float rounding, about half the
-    learner's forward and backward on GRPO groups. false: every row runs its whole sequence."""
+    """Run the prefix common to a minibatch's rows (system prompt, template) and each distinct prompt
+    once, and only the rows' continuations per row (`train/shared_prefix.py`), in the RL learner and
+    in SFT: the same log-probs and gradients up to float rounding, about half the learner's forward
+    and backward on GRPO groups. false: every row runs its whole sequence."""
 
 
 def check_learner(recipe) -> str | None:

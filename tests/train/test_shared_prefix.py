@@ -25,13 +25,14 @@ def make_batch(rows: list[tuple[list[int], list[int]]], pad: int = 0) -> Batch:
                  state_BS=torch.zeros((B, 1), dtype=torch.long), trajectory_ids=[str(i) for i in range(B)])
 
 
-def grouped_batch(vocab: int, seed: int = 0) -> Batch:
-    """Two prompts (20 and 26 tokens) x 3 samples; multi-turn rows: action, observation, action, ragged."""
+def grouped_batch(vocab: int, seed: int = 0, system: int = 0) -> Batch:
+    """Two prompts (20 and 26 tokens, the first `system` of them common to both) x 3 samples; multi-turn
+    rows: action, observation, action, ragged."""
     g = torch.Generator().manual_seed(seed)
     rand = lambda n: torch.randint(5, vocab, (n,), generator=g).tolist()  # noqa: E731
-    rows = []
+    rows, common = [], rand(system)
     for plen in (20, 26):
-        prompt = rand(plen)
+        prompt = common + rand(plen - system)
         for k in range(3):
             a1, obs, a2 = rand(4 + k), rand(5), rand(2 + 2 * k)
             rows.append((prompt + a1 + obs + a2, [0] * plen + [1] * len(a1) + [0] * len(obs) + [1] * len(a2)))
@@ -72,6 +73,43 @@ def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(tiny, train)
     assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 10
     for n in grads[0]:
         torch.testing.assert_close(grads[1][n], grads[0][n], rtol=1e-4, atol=1e-5)
+
+
+def test_split_levels_common_prefix_then_prompts():
+    b = grouped_batch(100, system=10)
+    assert shared_prefix.split_levels(b.ids_BT, b.attn_BT, b.action_BT) == [10, 19]
+    # the prompts differ after 14 of their 19 shared columns: too little to share a second level
+    assert shared_prefix.split_levels(*_fields(grouped_batch(100, system=14))) == [14]
+    assert shared_prefix.split_levels(*_fields(grouped_batch(100, system=0))) == [19]
+    # SFT: every row a different demonstration after a common system prompt
+    rows = [([1] * 12 + [k, 2, 3, 4, 5, 6, 7, 8, 9], [0] * 14 + [1] * 7) for k in range(10, 14)]
+    assert shared_prefix.split_levels(*_fields(make_batch(rows))) == [12]
+
+
+def _fields(b: Batch):
+    return b.ids_BT, b.attn_BT, b.action_BT
+
+
+def test_two_levels_score_like_the_plain_forward_and_sft_loss_is_the_token_mean_nll(tiny):
+    from tracerl.train.sft import sft_loss
+
+    model, tok = tiny
+    model = copy.deepcopy(model).train()
+    batch = grouped_batch(len(tok), system=10)
+    calls = []
+    hook = model.get_decoder().register_forward_pre_hook(lambda m, a, kw: calls.append(kw["input_ids"].shape), with_kwargs=True)
+    shared = score_actions(model, batch, temperature=1.0)
+    hook.remove()
+    T = batch.ids_BT.shape[1]
+    assert calls == [torch.Size([1, 10]), torch.Size([2, 9]), torch.Size([6, T - 19])]
+    plain = score_actions(model, batch, temperature=1.0, share_prefix=False)
+    torch.testing.assert_close(shared.logprobs_BT, plain.logprobs_BT, rtol=1e-5, atol=1e-5)
+    # the SFT loss: mean over ACTION targets of -log softmax(logits)[target], from the full logits
+    logits = model(input_ids=batch.ids_BT, attention_mask=batch.attn_BT).logits[:, :-1]
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch.ids_BT[:, 1:], reduction="none")
+    m = batch.action_BT[:, 1:]
+    torch.testing.assert_close(sft_loss(model, batch.ids_BT, batch.attn_BT, batch.action_BT), (nll * m).sum() / m.sum(),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_no_shared_prompt_or_gradient_checkpointing_runs_the_plain_forward(tiny):

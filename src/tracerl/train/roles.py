@@ -46,38 +46,39 @@ def score_actions(model, batch: Batch, *, temperature: float, top_p: float = 1.0
 
     Gradients flow when autograd is on. Position t's token is predicted from position t − 1. The batch
     is moved to the model's device and the answer comes back on the batch's; the forward runs under the
-    model's autocast (`models/precision.py`) and without a KV cache (`use_cache=False`, which gradient
-    checkpointing needs). With `share_prefix` the rows' common prompts run once (`train/shared_prefix.py`).
+    model's autocast (`models/precision.py`). With `share_prefix` the rows' shared prefixes run once
+    (`train/shared_prefix.py`), else each row runs whole without a KV cache.
     """
     home = batch.ids_BT.device
     batch = batch_to(batch, model_device(model))
-    with forward_context(model):
-        out = _score(model, batch, temperature=temperature, top_p=top_p, top_k=top_k, chunk_size=chunk_size,
-                     share_prefix=share_prefix)
+    out = score_tokens(model, batch.ids_BT, batch.attn_BT, batch.action_BT, temperature=temperature, top_p=top_p,
+                       top_k=top_k, chunk_size=chunk_size, share_prefix=share_prefix)
     if home == batch.ids_BT.device:
         return out
     return PolicyOutput(**{k: None if v is None else v.to(home) for k, v in vars(out).items()})
 
 
-def _score(model, batch: Batch, *, temperature: float, top_p: float, top_k: int, chunk_size: int,
-           share_prefix: bool) -> PolicyOutput:
-    ids, attn = batch.ids_BT, batch.attn_BT
-    sel = batch.action_BT[:, 1:] > 0
-    targets = ids[:, 1:][sel]
+def score_tokens(model, ids_BT: torch.Tensor, attn_BT: torch.Tensor, action_BT: torch.Tensor, *, temperature: float,
+                 top_p: float = 1.0, top_k: int = 0, chunk_size: int = 1024, share_prefix: bool = True) -> PolicyOutput:
+    """`score_actions` on bare tensors already on the model's device (the SFT loss uses it at temperature 1)."""
+    sel = action_BT[:, 1:] > 0
+    targets = ids_BT[:, 1:][sel]
     parts = _decoder_and_head(model)
-    if parts is not None:
-        split = shared_prefix_hidden(parts[0], ids, attn, batch.action_BT) if share_prefix else None
-        if split is None:
-            hidden = parts[0](input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state[:, :-1][sel]
-        else:  # the decoder ran columns [P, T) per row on the distinct prompts' cache: no ACTION is predicted before P
-            P, tail = split
-            hidden = tail[:, :-1][sel[:, P:]]
-        logp, ent, full = chunked_token_scores(hidden, targets, lm_head=parts[1], chunk_size=chunk_size,
-                                               temperature=temperature, top_p=top_p, top_k=top_k)
-    else:
-        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1][sel]
-        logp, ent, full = chunked_token_scores(logits, targets, chunk_size=chunk_size, temperature=temperature,
-                                               top_p=top_p, top_k=top_k)
+    with forward_context(model):
+        if parts is not None:
+            split = shared_prefix_hidden(parts[0], ids_BT, attn_BT, action_BT) if share_prefix else None
+            if split is None:
+                hidden = parts[0](input_ids=ids_BT, attention_mask=attn_BT, use_cache=False).last_hidden_state
+                hidden = hidden[:, :-1][sel]
+            else:  # columns [P, T) ran per row on the shared prefixes' cache: no ACTION is predicted before P
+                P, tail = split
+                hidden = tail[:, :-1][sel[:, P:]]
+            logp, ent, full = chunked_token_scores(hidden, targets, lm_head=parts[1], chunk_size=chunk_size,
+                                                   temperature=temperature, top_p=top_p, top_k=top_k)
+        else:
+            logits = model(input_ids=ids_BT, attention_mask=attn_BT, use_cache=False).logits[:, :-1][sel]
+            logp, ent, full = chunked_token_scores(logits, targets, chunk_size=chunk_size, temperature=temperature,
+                                                   top_p=top_p, top_k=top_k)
 
     def place(x: torch.Tensor) -> torch.Tensor:
         shifted = torch.zeros(sel.shape, dtype=x.dtype, device=x.device).masked_scatter(sel, x)

@@ -15,25 +15,27 @@ from tqdm import tqdm
 from tracerl.config import SFTConfig
 from tracerl.contract.roles import TokenRole
 from tracerl.models.device import model_device
-from tracerl.models.precision import forward_context
 from tracerl.train.batch import action_mask, pad_batch
 from tracerl.train.optim import make_optimizer, warmup_cosine
+from tracerl.train.roles import score_tokens
 
 
-def sft_loss(model, ids_BT: torch.Tensor, attn_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
-    """Mean negative log-likelihood of the masked (ACTION) target tokens (on the model's device, under its autocast)."""
+def sft_loss(model, ids_BT: torch.Tensor, attn_BT: torch.Tensor, mask_BT: torch.Tensor, *,
+             share_prefix: bool = True) -> torch.Tensor:
+    """Mean negative log-likelihood of the masked (ACTION) target tokens (on the model's device, under its
+    autocast), scored like the RL learner: only the positions that predict a target go through the output
+    layer, and the demonstrations' common prefix (system prompt, template) runs once (`train/shared_prefix.py`)."""
     dev = model_device(model)
     ids_BT, attn_BT, mask_BT = ids_BT.to(dev), attn_BT.to(dev), mask_BT.to(dev)
-    with forward_context(model):
-        logits = model(input_ids=ids_BT, attention_mask=attn_BT, use_cache=False).logits[:, :-1].float()
-    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids_BT[:, 1:], reduction="none")
+    logp = score_tokens(model, ids_BT, attn_BT, mask_BT, temperature=1.0, share_prefix=share_prefix).logprobs_BT
     m = mask_BT[:, 1:]
-    return (nll * m).sum() / m.sum().clamp_min(1)
+    return -(logp[:, 1:] * m).sum() / m.sum().clamp_min(1)
 
 
 def train_sft(model, tokenizer, examples: list[tuple[list[int], list[TokenRole]]], cfg: SFTConfig, *,
-              seed: int, log, progress: bool = True) -> dict[str, float]:
-    """Train in place. `log(metrics, step)` receives per-step metrics."""
+              seed: int, log, progress: bool = True, share_prefix: bool = True) -> dict[str, float]:
+    """Train in place. `log(metrics, step)` receives per-step metrics; `share_prefix` is the recipe's
+    `learner.share_prefix`."""
     rng = random.Random(f"sft:{seed}")
     steps_per_epoch = max(1, len(examples) // cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
@@ -49,7 +51,7 @@ def train_sft(model, tokenizer, examples: list[tuple[list[int], list[TokenRole]]
             batch = [examples[i] for i in order[b * cfg.batch_size:(b + 1) * cfg.batch_size]]
             ids, attn = pad_batch([e[0] for e in batch], tokenizer.pad_token_id)
             mask = action_mask([e[1] for e in batch], ids.shape[1])
-            loss = sft_loss(model, ids, attn, mask)
+            loss = sft_loss(model, ids, attn, mask, share_prefix=share_prefix)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -1,17 +1,23 @@
-"""Run the decoder once per distinct prompt of a batch, not once per row.
+"""Run the decoder once per distinct prefix of a batch, not once per row.
 
 A GRPO batch holds `group_size` rows per prompt, and the prompt is most of each row (115 of ~190
-tokens in the default recipe). `shared_prefix_hidden` splits every row at one column P, no later
-than the position that predicts the batch's first ACTION token: columns `[0, P)` of the distinct
-rows are run once with a KV cache, the cache is gathered to the rows (autograd sums the rows'
-gradients back into it), and only columns `[P, T)` are run per row. The hidden states of every
-position that predicts an ACTION token, and the gradients into the weights, are those of the plain
-forward up to float rounding (`tests/train/test_shared_prefix.py`); the forward and backward cost
-about (distinct prompts · P + rows · (T − P)) tokens instead of rows · T.
+tokens in the default recipe); every row of an SFT batch starts with the same system prompt (195
+tokens of tool schema in calc_json). `shared_prefix_hidden` splits the rows at up to two columns,
+no later than the position that predicts the batch's first ACTION token:
+
+1. L, the prefix common to every row (system prompt, template header): run once, as one row;
+2. P, the end of each row's prompt: columns `[L, P)` run once per distinct prompt, on (1)'s KV cache.
+
+The cache is gathered to the rows (autograd sums the rows' gradients back into it), and only
+columns `[P, T)` run per row. The hidden states of every position that predicts an ACTION token, and
+the gradients into the weights, are the plain forward's up to float rounding
+(`tests/train/test_shared_prefix.py`); the forward and backward cost L + prompts · (P − L) +
+rows · (T − P) tokens instead of rows · T. A level that shares nothing, or fewer than `MIN_PREFIX`
+tokens, is skipped.
 
 It applies only where the split is exact: a plain decoder whose cache is `DynamicCache` of full
 attention layers (no sliding window, no linear-attention or recurrent state), without gradient
-checkpointing (which turns the cache off). Anything else, or a batch whose rows share no prompt,
+checkpointing (which turns the cache off). Anything else, or a batch whose rows share nothing,
 returns None and the caller runs the plain forward.
 """
 
@@ -24,7 +30,7 @@ import torch
 
 from tracerl.models.precision import checkpointing_enabled
 
-MIN_PREFIX = 8  # a shorter common prefix saves less than the second call costs
+MIN_PREFIX = 8  # a shorter shared span saves less than one more decoder call costs
 _UNSUPPORTED: weakref.WeakSet = weakref.WeakSet()  # decoders whose cache cannot be split (tried once)
 
 
@@ -35,6 +41,21 @@ def split_column(ids_BT: torch.Tensor, attn_BT: torch.Tensor, action_BT: torch.T
     has, length = action_BT > 0, attn_BT.sum(dim=1)
     bound = torch.where(has.any(dim=1), has.float().argmax(dim=1) - 1, length)
     return max(int(torch.minimum(bound, length).min()), 0)
+
+
+def split_levels(ids_BT: torch.Tensor, attn_BT: torch.Tensor, action_BT: torch.Tensor) -> list[int]:
+    """The columns the rows are split at, increasing: [L] (all rows' common prefix), [P] (the prompts,
+    some shared), [L, P], or [] when nothing worth a decoder call is shared."""
+    B = ids_BT.shape[0]
+    P = split_column(ids_BT, attn_BT, action_BT)
+    if B < 2 or P < MIN_PREFIX:
+        return []
+    differs = (ids_BT[:, :P] != ids_BT[:1, :P]).any(dim=0)
+    L = int(differs.float().argmax()) if differs.any() else P
+    levels = [L] if L >= MIN_PREFIX else []
+    if P - (L if levels else 0) >= MIN_PREFIX and torch.unique(ids_BT[:, :P], dim=0).shape[0] < B:
+        levels.append(P)
+    return levels
 
 
 def _cache_kwarg(decoder) -> str:
@@ -55,21 +76,33 @@ def shared_prefix_hidden(decoder, ids_BT: torch.Tensor, attn_BT: torch.Tensor,
     allow the split (see the module docstring)."""
     if decoder in _UNSUPPORTED or (decoder.training and checkpointing_enabled(decoder)):
         return None
-    P = split_column(ids_BT, attn_BT, action_BT)
-    if P < MIN_PREFIX or P >= ids_BT.shape[1]:
+    levels = split_levels(ids_BT, attn_BT, action_BT)
+    if not levels:
         return None
-    prefixes, row_to_prefix = torch.unique(ids_BT[:, :P], dim=0, return_inverse=True)
-    if prefixes.shape[0] == ids_BT.shape[0]:
-        return None  # no two rows share their first P tokens
-    arg = _cache_kwarg(decoder)
-    pre = decoder(input_ids=prefixes, attention_mask=torch.ones_like(prefixes), use_cache=True)
-    cache = getattr(pre, "cache", None) if arg == "cache" else None
-    cache = cache if cache is not None else getattr(pre, "past_key_values", None)
-    if cache is None or not _splittable(cache):
-        _UNSUPPORTED.add(decoder)
-        return None
-    cache.batch_select_indices(row_to_prefix.to(prefixes.device))
-    positions = torch.arange(P, ids_BT.shape[1], device=ids_BT.device)[None].expand(ids_BT.shape[0], -1)
-    out = decoder(input_ids=ids_BT[:, P:], attention_mask=attn_BT, position_ids=positions, use_cache=True,
+    arg, dev = _cache_kwarg(decoder), ids_BT.device
+    cache, inverse_prev, start = None, None, 0  # inverse_prev: each batch row's cache row (its distinct prefix)
+    for end in levels:
+        _, inverse = torch.unique(ids_BT[:, :end], dim=0, return_inverse=True)
+        first = torch.zeros(int(inverse.max()) + 1, dtype=torch.long, device=dev).scatter_(
+            0, inverse, torch.arange(ids_BT.shape[0], device=dev))  # a batch row of each distinct prefix
+        if cache is not None:  # each new distinct prefix continues the cache row of its beginning
+            cache.batch_select_indices(inverse_prev[first])
+        span = ids_BT[first, start:end]
+        positions = torch.arange(start, end, device=dev)[None].expand(span.shape[0], -1)
+        out = decoder(input_ids=span, attention_mask=torch.ones((span.shape[0], end), dtype=attn_BT.dtype, device=dev),
+                      position_ids=positions, use_cache=True, **({arg: cache} if cache is not None else {}))
+        cache = _cache_of(out, arg)
+        if cache is None or not _splittable(cache):
+            _UNSUPPORTED.add(decoder)
+            return None
+        inverse_prev, start = inverse, end
+    cache.batch_select_indices(inverse_prev)  # every row reads its prompt's cache row
+    positions = torch.arange(start, ids_BT.shape[1], device=dev)[None].expand(ids_BT.shape[0], -1)
+    out = decoder(input_ids=ids_BT[:, start:], attention_mask=attn_BT, position_ids=positions, use_cache=True,
                   **{arg: cache})
-    return P, out.last_hidden_state
+    return start, out.last_hidden_state
+
+
+def _cache_of(out, arg: str):
+    cache = getattr(out, "cache", None) if arg == "cache" else None
+    return cache if cache is not None else getattr(out, "past_key_values", None)
