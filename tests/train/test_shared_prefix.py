@@ -46,6 +46,9 @@ def test_split_column_is_one_before_the_earliest_action():
     # a row without ACTION tokens bounds the split by its length only
     b = make_batch([([1] * 12, [0] * 10 + [1, 1]), ([1] * 9, [0] * 9)])
     assert shared_prefix.split_column(b.ids_BT, b.attn_BT, b.action_BT) == 9
+    # a left-padded row: nothing before its first real token may be shared
+    b.attn_BT[1] = torch.tensor([0, 0] + [1] * 10)
+    assert shared_prefix.split_column(b.ids_BT, b.attn_BT, b.action_BT) == 0
 
 
 @pytest.mark.parametrize("train", [True, False])

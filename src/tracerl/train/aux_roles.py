@@ -109,12 +109,13 @@ class PRMRole:
     provides = frozenset({"prm"})
     warmup_steps = 0
 
-    def __init__(self, lm, *, lr: float, max_grad_norm: float, temperature: float):
+    def __init__(self, lm, *, lr: float, max_grad_norm: float, temperature: float, share_prefix: bool = True):
         self.trained = _Trained(lm, lr=lr, max_grad_norm=max_grad_norm)
-        self.temperature = temperature
+        self.temperature, self.share_prefix = temperature, share_prefix
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        return score_actions(self.trained.module, batch, temperature=self.temperature).full_logprobs_BT
+        return score_actions(self.trained.module, batch, temperature=self.temperature,
+                             share_prefix=self.share_prefix).full_logprobs_BT
 
     @torch.no_grad()
     def scores(self, batch: Batch, needs: set[str]) -> dict[str, torch.Tensor]:
@@ -129,10 +130,10 @@ class TeacherRole:
 
     warmup_steps = 0
 
-    def __init__(self, name: str, lm, *, temperature: float):
+    def __init__(self, name: str, lm, *, temperature: float, share_prefix: bool = True):
         self.need = f"teacher/{name}"
         self.provides = frozenset({"teachers"})  # the algorithm asks for all teachers; each answers its own
-        self.frozen = FrozenRole(freeze(lm), temperature=temperature)
+        self.frozen = FrozenRole(freeze(lm), temperature=temperature, share_prefix=share_prefix)
 
     def scores(self, batch: Batch, needs: set[str]) -> dict[str, torch.Tensor]:
         return {self.need: self.frozen.logprobs(batch)}
@@ -158,7 +159,7 @@ def _load_lm(path: str, what: str, tokenizer):
 
 def build_aux_roles(recipe, policy, state: dict | None, tokenizer=None) -> dict:
     """The auxiliary roles the recipe's algorithm declares, restored from `state` (roles_state) if given."""
-    algo, cfg, temp = recipe.rl.algorithm, recipe.roles, recipe.sampling.temperature
+    algo, cfg, temp, share = recipe.rl.algorithm, recipe.roles, recipe.sampling.temperature, recipe.learner.share_prefix
     declared, roles = algo.roles(), {}
     if "critic" in declared:
         c = cfg.critic_or_default
@@ -168,12 +169,12 @@ def build_aux_roles(recipe, policy, state: dict | None, tokenizer=None) -> dict:
     if "prm" in declared:
         p = cfg.prm_or_default
         lm = place_role(copy.deepcopy(policy), recipe, p.device, what="roles.prm.device")
-        roles["prm"] = PRMRole(lm, lr=p.lr, max_grad_norm=recipe.rl.max_grad_norm, temperature=temp)
+        roles["prm"] = PRMRole(lm, lr=p.lr, max_grad_norm=recipe.rl.max_grad_norm, temperature=temp, share_prefix=share)
     if "teachers" in declared:
         for t in cfg.teachers:
             lm = place_role(_load_lm(t.path, f"teacher {t.name!r} path", tokenizer), recipe, t.device,
                             what=f"roles.teachers ({t.name}) device")
-            roles[f"teacher/{t.name}"] = TeacherRole(t.name, lm, temperature=temp)
+            roles[f"teacher/{t.name}"] = TeacherRole(t.name, lm, temperature=temp, share_prefix=share)
     for name, role in roles.items():
         if state and name in state and hasattr(role, "trained"):
             role.trained.load_state_dict(state[name])

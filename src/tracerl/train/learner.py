@@ -35,7 +35,8 @@ def build_learner(recipe, algo, model, tokenizer, *, spec, state, reference, sta
     policy, sharded = _policy_role(recipe)
     roles = Roles(policy(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=recipe.sampling.model_dump(),
                          state=(state.roles_state or {}).get("policy"), share_prefix=recipe.learner.share_prefix),
-                  FrozenRole(reference, temperature=recipe.sampling.temperature) if reference is not None else None,
+                  FrozenRole(reference, temperature=recipe.sampling.temperature, share_prefix=recipe.learner.share_prefix)
+                  if reference is not None else None,
                   build_aux_roles(recipe, model, state.roles_state, tokenizer))
     missing = algo.roles() - {"policy", *AUX_ROLES} - ({"reference"} if reference is not None else set())
     if missing:

@@ -119,14 +119,15 @@ class PolicyRole:
 class FrozenRole:
     """A model that only scores (the KL reference; a teacher): full tempered log-probs, no gradient."""
 
-    def __init__(self, model, *, temperature: float):
-        self.model, self.temperature = model, temperature
+    def __init__(self, model, *, temperature: float, share_prefix: bool = True):
+        self.model, self.temperature, self.share_prefix = model, temperature, share_prefix
 
     @torch.no_grad()
     def logprobs(self, batch: Batch) -> torch.Tensor:
         model, ctx = reference_view(self.model)  # a frozen copy, or the policy with its LoRA adapter off
         with ctx:
-            return score_actions(model, batch, temperature=self.temperature).full_logprobs_BT
+            return score_actions(model, batch, temperature=self.temperature,
+                                 share_prefix=self.share_prefix).full_logprobs_BT
 
 
 class Roles:

@@ -37,8 +37,9 @@ _UNSUPPORTED: weakref.WeakSet = weakref.WeakSet()  # decoders whose cache cannot
 def split_column(ids_BT: torch.Tensor, attn_BT: torch.Tensor, action_BT: torch.Tensor) -> int:
     """The last column P at which every row can be split: one before the first ACTION token of the row
     whose first ACTION token comes earliest (that position's hidden state predicts it), and no later
-    than the shortest row."""
-    has, length = action_BT > 0, attn_BT.sum(dim=1)
+    than any row's first padding column (a left-padded row shares nothing)."""
+    has, pad = action_BT > 0, attn_BT == 0
+    length = torch.where(pad.any(dim=1), pad.float().argmax(dim=1), attn_BT.shape[1])  # first padding column
     bound = torch.where(has.any(dim=1), has.float().argmax(dim=1) - 1, length)
     return max(int(torch.minimum(bound, length).min()), 0)
 
