@@ -140,13 +140,13 @@ class ShardedPolicyRole:
     def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, state: dict | None = None,
                  ranks: int, threads: int, share_prefix: bool = True):
         self.model, self.max_grad_norm = model, max_grad_norm
-        self.sampling = {k: sampling[k] for k in ("temperature", "top_p", "top_k")} | {"share_prefix": share_prefix}
+        self.scoring = {k: sampling[k] for k in ("temperature", "top_p", "top_k")} | {"share_prefix": share_prefix}
         self.group = learner_group(ranks, threads)
-        self.group.call("build", model=model, lr=lr, max_grad_norm=max_grad_norm, sampling=self.sampling, state=state)
+        self.group.call("build", model=model, lr=lr, max_grad_norm=max_grad_norm, sampling=self.scoring, state=state)
         self.scheduler = _Scheduler(self.group)
 
     def score(self, batch: Batch) -> PolicyOutput:
-        return score_actions(self.model, batch, **self.sampling)
+        return score_actions(self.model, batch, **self.scoring)
 
     def state_dict(self) -> dict:
         return self.group.call("state")

@@ -94,7 +94,7 @@ class PolicyRole:
     def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, state: dict | None = None,
                  share_prefix: bool = True):
         self.model, self.max_grad_norm = model, max_grad_norm
-        self.sampling = {k: sampling[k] for k in ("temperature", "top_p", "top_k")} | {"share_prefix": share_prefix}
+        self.scoring = {k: sampling[k] for k in ("temperature", "top_p", "top_k")} | {"share_prefix": share_prefix}
         self.optimizer = make_optimizer(model, lr)
         self.scheduler = warmup_constant(self.optimizer, warmup=3)
         if state:
@@ -102,7 +102,7 @@ class PolicyRole:
             self.scheduler.load_state_dict(state["scheduler"])
 
     def score(self, batch: Batch) -> PolicyOutput:
-        return score_actions(self.model, batch, **self.sampling)
+        return score_actions(self.model, batch, **self.scoring)
 
     def step(self, loss: torch.Tensor) -> float:
         """One optimizer step on `loss`; returns the gradient norm before clipping."""
