@@ -66,6 +66,10 @@ class TinyModelConfig(_Cfg):
     """Target BPE vocabulary size of the locally trained tokenizer."""
     max_positions: int = Field(512, ge=8, le=1 << 20)
     """Maximum sequence length."""
+    individual_digits: bool = False
+    """One token per digit (as the Llama, Qwen and DeepSeek tokenizers split numbers), so copying a
+    number is copying digits the model sees everywhere; false: BPE merges digit runs into tokens
+    ("81"), each a rare token only the numbers that use it teach."""
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> TinyModelConfig:

@@ -65,6 +65,11 @@ class RLConfig(_Cfg):
     """Learning rate (AdamW, constant after warm-up)."""
     minibatches: int = Field(2, ge=1)
     """Optimizer steps per batch of rollouts (PPO-style, on the same rollouts)."""
+    whole_groups: bool = False
+    """true: minibatches keep each group's rows together (veRL's layout), cut at the group boundary
+    nearest an equal share of rows, so the tokens a group's rows share get no net push from any one
+    optimizer step; false: rows shuffled across minibatches, as every figure in docs/ was measured
+    (train/update.py, `minibatch_rows`)."""
     max_grad_norm: float = Field(1.0, gt=0)
     """Gradient clipping."""
     truncation: Literal["penalize", "mask", "keep"] = "mask"

@@ -2,7 +2,8 @@
 
 The tokenizer is a byte-level BPE trained with `tokenizers` on the environment's own text
 (prompts, expert actions, tool outputs), digit runs pre-split from letters so a number is the same
-token(s) wherever it appears (in a sentence, in code, in a tool output), the environment's tool tags
+token(s) wherever it appears (in a sentence, in code, in a tool output), optionally one token per
+digit (`individual_digits`), the environment's tool tags
 kept whole, and a ChatML chat template. The model is a small Llama-architecture causal LM from a
 config. Both are saved in Hugging Face format and load with the Auto* classes.
 """
@@ -23,10 +24,11 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(texts: Iterable[str], *, vocab_size: int, tags: Iterable[str] = ()) -> PreTrainedTokenizerFast:
+def build_tokenizer(texts: Iterable[str], *, vocab_size: int, tags: Iterable[str] = (),
+                    individual_digits: bool = False) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=False),
+        pre_tokenizers.Digits(individual_digits=individual_digits),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
     ])
     tok.decoder = decoders.ByteLevel()
@@ -58,10 +60,10 @@ def build_model(vocab_size: int, *, hidden_size: int, num_layers: int, num_heads
 
 def build_tiny(out_dir: str | Path, texts: Iterable[str], *, tags: Iterable[str], vocab_size: int,
                hidden_size: int, num_layers: int, num_heads: int, intermediate_size: int,
-               max_positions: int, seed: int) -> Path:
+               max_positions: int, seed: int, individual_digits: bool = False) -> Path:
     """Train the tokenizer, initialise the model, save both to `out_dir` (HF format)."""
     out = Path(out_dir)
-    tok = build_tokenizer(texts, vocab_size=vocab_size, tags=tags)
+    tok = build_tokenizer(texts, vocab_size=vocab_size, tags=tags, individual_digits=individual_digits)
     model = build_model(len(tok), hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
                         intermediate_size=intermediate_size, max_positions=max_positions, seed=seed,
                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)

@@ -240,7 +240,8 @@ def _train_one(res: RolloutResult, trajs, rejected, *, recipe, algo, roles, asta
     batch = collate(train, pad_id=tokenizer.pad_token_id, truncation=cfg.truncation, truncation_penalty=cfg.truncation_penalty)
     rewards, shaping = algo.shape_rewards(batch, train, ctx)
     capture = _CapturingRoles(roles)
-    stats, adv = rl_update(algo, capture, batch, rewards, minibatches=cfg.minibatches, ctx=ctx)
+    stats, adv = rl_update(algo, capture, batch, rewards, minibatches=cfg.minibatches, ctx=ctx,
+                           whole_groups=cfg.whole_groups)
     record_credit(store, state.step, batch.trajectory_ids, per_trajectory(adv, batch.action_BT), batch.weight_B.tolist())
     if "updates" in stats:
         roles.policy.scheduler.step()

@@ -112,12 +112,12 @@ def _all_reduce(x: torch.Tensor, group) -> torch.Tensor:
 
 
 def sharded_policy_steps(algo: Algorithm, policy: ShardedPolicy, batch: Batch, rewards_B: torch.Tensor,
-                         scores: dict[str, torch.Tensor], adv_BT: torch.Tensor, order: torch.Tensor, *,
+                         scores: dict[str, torch.Tensor], adv_BT: torch.Tensor, slices: list[torch.Tensor], *,
                          minibatches: int, ctx: StepContext, group=None) -> dict[str, float]:
-    """The policy's `minibatches` optimizer steps of `rl_update`, this rank's rows of each minibatch.
+    """The policy's optimizer steps of `rl_update`, this rank's rows of each minibatch.
 
-    Every rank calls it with the same arguments (`order`: the trained rows in the single-process
-    update's shuffled order). A rank left without rows in a minibatch still runs its forward and
+    Every rank calls it with the same arguments (`slices`: the rows of each minibatch, as the
+    single-process update's `minibatch_rows` chose them). A rank left without rows in a minibatch still runs its forward and
     backward on one row at zero weight, so the collectives line up. Returns the step's stats as
     `rl_update` reports them: `loss` the sum over ranks (the single-process loss), the other loss
     stats averaged over ranks weighted by their loss tokens, `grad_norm` the global norm.
@@ -128,10 +128,7 @@ def sharded_policy_steps(algo: Algorithm, policy: ShardedPolicy, batch: Batch, r
     full_tokens, full_rows = float(mask.sum()), float(eligible.sum())
     ratios, acc, steps = [], {}, 0
     policy.scorer.train()
-    for k in range(minibatches):
-        idx = order[k * order.numel() // minibatches:(k + 1) * order.numel() // minibatches]
-        if not idx.numel():
-            continue
+    for idx in slices:
         mine = idx[rank::world]
         share = 1.0 if mine.numel() else 0.0
         mine = mine if mine.numel() else idx[:1]
@@ -159,4 +156,4 @@ def sharded_policy_steps(algo: Algorithm, policy: ShardedPolicy, batch: Batch, r
     dist.all_gather_object(gathered, torch.cat(ratios) if ratios else torch.zeros(0), group=group)
     w = torch.cat(gathered)
     out_stats |= {k: float(v) for k, v in effective_sample_size(w, torch.ones_like(w)).items()}
-    return out_stats | {"updates": float(steps), "trained_rows": float(order.numel())}
+    return out_stats | {"updates": float(steps), "trained_rows": float(sum(s.numel() for s in slices))}

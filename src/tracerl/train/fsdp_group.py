@@ -27,6 +27,7 @@ from tracerl.algorithms.batch import Batch
 from tracerl.algorithms.spec import Algorithm, PolicyOutput, StepContext
 from tracerl.train.fsdp import ShardedPolicy, sharded_policy_steps
 from tracerl.train.roles import Roles, score_actions
+from tracerl.train.update import minibatch_rows
 
 _TIMEOUT = datetime.timedelta(minutes=30)
 _GROUP: LearnerGroup | None = None
@@ -61,7 +62,7 @@ class _Rank:
             return None
         if op == "update":
             stats = sharded_policy_steps(kw["algo"], self.policy, kw["batch"], kw["rewards"], kw["scores"], kw["adv"],
-                                         kw["order"], minibatches=kw["minibatches"], ctx=kw["ctx"])
+                                         kw["slices"], minibatches=kw["minibatches"], ctx=kw["ctx"])
             return stats, self.policy.full_weights()
         if op == "scheduler":
             return self.policy.scheduler.step()
@@ -153,7 +154,7 @@ class ShardedPolicyRole:
 
 
 def sharded_rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: torch.Tensor, *, minibatches: int,
-                      ctx: StepContext) -> tuple[dict[str, float], torch.Tensor]:
+                      ctx: StepContext, whole_groups: bool = False) -> tuple[dict[str, float], torch.Tensor]:
     """`rl_update` with the policy's optimizer steps sharded over the learner group (roles.policy is a
     `ShardedPolicyRole`); the scores, advantages, row choice and order are `rl_update`'s own."""
     mask = batch.mask_BT
@@ -164,9 +165,9 @@ def sharded_rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: to
     if not rows.any() or roles.warming_up(ctx.step):
         return out_stats, adv_BT
     keep = rows.nonzero().flatten()
-    order = keep[torch.randperm(keep.numel())]
+    slices = minibatch_rows(batch, keep, minibatches, whole_groups=whole_groups)
     stats, weights = roles.policy.group.call("update", algo=algo, batch=batch, rewards=rewards_B, scores=scores,
-                                             adv=adv_BT, order=order, minibatches=minibatches,
+                                             adv=adv_BT, slices=slices, minibatches=minibatches,
                                              ctx=dataclasses.replace(ctx, generator=None))
     roles.policy.model.load_state_dict(weights)  # the rollout engine samples the next version from these
     return out_stats | stats, adv_BT

@@ -88,7 +88,8 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
         corpus = demo_texts(demos) + envs.heldout_prompts()
         model_dir = build_tiny(run.path / "base_model", corpus, tags=envs.special_tokens(), vocab_size=tiny.vocab_size,
                                hidden_size=tiny.hidden_size, num_layers=tiny.num_layers, num_heads=tiny.num_heads,
-                               intermediate_size=tiny.intermediate_size, max_positions=tiny.max_positions, seed=seed)
+                               intermediate_size=tiny.intermediate_size, max_positions=tiny.max_positions, seed=seed,
+                               individual_digits=tiny.individual_digits)
         model, tokenizer = load_model_and_tokenizer(model_dir, dtype=recipe.model.dtype)
         n_params = sum(p.numel() for p in model.parameters())
         _say(f"built tiny model ({n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}) in {time.time() - t0:.1f}s")

@@ -154,7 +154,8 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
             if hasattr(spec, "normalize"):  # several environments (train/multienv.py): per-domain reward scale
                 rewards, norm = spec.normalize(rewards, trajs)
                 shaping |= norm
-            stats, adv = ln.update(algo, roles, batch, rewards, minibatches=cfg.minibatches, ctx=ctx)
+            stats, adv = ln.update(algo, roles, batch, rewards, minibatches=cfg.minibatches, ctx=ctx,
+                                   whole_groups=cfg.whole_groups)
             record_credit(store, state.step, batch.trajectory_ids, per_trajectory(adv, batch.action_BT),
                           batch.weight_B.tolist())  # advantage and loss weight per trajectory: export / inspect
             if "updates" in stats:  # no optimizer step when every row had zero advantage

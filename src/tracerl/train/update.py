@@ -24,18 +24,41 @@ def minibatch_scale(aggregation: str, mask_BT: torch.Tensor, full_tokens: float,
     return mask_BT.shape[0] / (full_rows / n)
 
 
-def _minibatches(batch: Batch, order: torch.Tensor, n: int):
-    """(row indices, sub-batch, its width) for each of `n` non-empty slices of `order`."""
-    for k in range(n):
-        idx = order[k * order.numel() // n:(k + 1) * order.numel() // n]
-        if idx.numel():
-            mb = batch.rows(idx)
-            yield idx, mb, mb.ids_BT.shape[1]
+def minibatch_rows(batch: Batch, keep: torch.Tensor, n: int, *, whole_groups: bool = False) -> list[torch.Tensor]:
+    """The row indices of each of up to `n` non-empty minibatches over rows `keep`, in a random order
+    (torch's global generator).
+
+    whole_groups: a group's rows stay in one minibatch (veRL's layout): groups in random order, cut at
+    the group boundary nearest each equal share of rows. A group's baseline makes its advantages sum
+    to zero, so the tokens its rows share (the tool call every row wrote the same way) get no net
+    gradient; split across two optimizer steps, each half pushes them by a zero-mean random amount.
+    false (the default): rows shuffled independently and cut into equal shares (a group may straddle
+    a cut).
+    """
+    N = keep.numel()
+    if not whole_groups:
+        order = keep[torch.randperm(N)]
+        cuts = [k * N // n for k in range(n + 1)]
+    else:
+        groups = batch.group_B[keep]
+        ids = groups.unique()
+        members = [keep[groups == g] for g in ids[torch.randperm(ids.numel())]]
+        order = torch.cat(members) if members else keep
+        ends = [0] + torch.cumsum(torch.tensor([m.numel() for m in members]), 0).tolist()
+        cuts = [0] + [min(ends, key=lambda b: abs(b - k * N / n)) for k in range(1, n)] + [N]
+    return [order[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def _minibatches(batch: Batch, slices: list[torch.Tensor]):
+    """(row indices, sub-batch, its width) for each slice."""
+    for idx in slices:
+        mb = batch.rows(idx)
+        yield idx, mb, mb.ids_BT.shape[1]
 
 
 def rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: torch.Tensor, *, minibatches: int,
-              ctx: StepContext) -> tuple[dict[str, float], torch.Tensor]:
-    """Advantages and `minibatches` optimizer steps on one batch.
+              ctx: StepContext, whole_groups: bool = False) -> tuple[dict[str, float], torch.Tensor]:
+    """Advantages and up to `minibatches` optimizer steps on one batch (`minibatch_rows`).
 
     Returns the step's stats (without "updates" when no step was taken) and the advantages `adv_BT`.
     """
@@ -46,22 +69,21 @@ def rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: torch.Tens
     scores = roles.scores(batch, needs - late)
     out_stats: dict[str, float] = {}
     for name in (n for n, ph in trained.items() if ph == "before"):  # e.g. PRIME's PRM, on these rollouts
-        out_stats |= train_role(algo, roles, name, batch, rewards_B, scores, eligible, minibatches, ctx)
+        out_stats |= train_role(algo, roles, name, batch, rewards_B, scores, eligible, minibatches, ctx, whole_groups)
     if late:
         scores |= roles.scores(batch, needs & late)
     adv_BT, stats = algo.advantages(batch, rewards_B, scores)
     out_stats |= stats
     for name in (n for n, ph in trained.items() if ph == "after"):  # e.g. the critic, after its old values were used
-        out_stats |= train_role(algo, roles, name, batch, rewards_B, scores, eligible, minibatches, ctx)
+        out_stats |= train_role(algo, roles, name, batch, rewards_B, scores, eligible, minibatches, ctx, whole_groups)
     rows = eligible & ((adv_BT != 0).any(dim=1) | algo.every_row)
     if not rows.any() or roles.warming_up(ctx.step):
         return out_stats, adv_BT
     full_tokens, full_rows = float(mask.sum()), float(eligible.sum())
     keep = rows.nonzero().flatten()
-    order = keep[torch.randperm(keep.numel())]
     ratios, acc, steps = [], {}, 0
     roles.policy.model.train()
-    for idx, mb, T in _minibatches(batch, order, minibatches):
+    for idx, mb, T in _minibatches(batch, minibatch_rows(batch, keep, minibatches, whole_groups=whole_groups)):
         out = roles.policy.score(mb)
         loss, s = algo.loss(mb, out, {n: v[idx, :T] for n, v in scores.items()}, adv_BT[idx, :T], rewards_B[idx], ctx)
         loss = loss * minibatch_scale(algo.aggregation, mb.mask_BT, full_tokens, full_rows, minibatches)
@@ -84,8 +106,8 @@ def rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: torch.Tens
 
 def train_role(algo: Algorithm, roles: Roles, name: str, batch: Batch, rewards_B: torch.Tensor,
                scores: dict[str, torch.Tensor], eligible: torch.Tensor, minibatches: int,
-               ctx: StepContext) -> dict[str, float]:
-    """`minibatches` optimizer steps of auxiliary role `name` on the eligible rows it trains on, with the
+               ctx: StepContext, whole_groups: bool = False) -> dict[str, float]:
+    """Up to `minibatches` optimizer steps of auxiliary role `name` on the eligible rows it trains on, with the
     algorithm's `role_loss`; returns the mean of its scalar stats over the steps and, when the algorithm
     `summarises` the role, its `role_summary` of the per-row stats, all under `<name>/`."""
     role = roles.aux[name]
@@ -94,8 +116,8 @@ def train_role(algo: Algorithm, roles: Roles, name: str, batch: Batch, rewards_B
     keep = (eligible if only is None else eligible & only).nonzero().flatten()
     if keep.numel() == 0:
         return summary
-    order, acc, steps = keep[torch.randperm(keep.numel())], {}, 0
-    for idx, mb, T in _minibatches(batch, order, minibatches):
+    acc, steps = {}, 0
+    for idx, mb, T in _minibatches(batch, minibatch_rows(batch, keep, minibatches, whole_groups=whole_groups)):
         loss, s = algo.role_loss(name, mb, role.forward(mb), {n: v[idx, :T] for n, v in scores.items()},
                                  rewards_B[idx], ctx)
         s = {n: float(v) for n, v in s.items() if not n.startswith("row/")} | {"grad_norm": role.trained.step(loss)}
@@ -116,7 +138,9 @@ def _summary_before(algo: Algorithm, role, name: str, batch: Batch, rewards_B: t
     if not algo.summarises(name) or rows_idx.numel() == 0:
         return {}
     rows: dict[str, list[torch.Tensor]] = {}
-    for idx, mb, T in _minibatches(batch, rows_idx, minibatches):
+    n = rows_idx.numel()
+    chunks = [rows_idx[k * n // minibatches:(k + 1) * n // minibatches] for k in range(minibatches)]
+    for idx, mb, T in _minibatches(batch, [c for c in chunks if c.numel()]):
         _, s = algo.role_loss(name, mb, role.forward(mb), {n: v[idx, :T] for n, v in scores.items()}, rewards_B[idx], ctx)
         for n in (n for n in s if n.startswith("row/")):
             rows.setdefault(n[4:], []).append(s[n].detach().flatten())
