@@ -2,12 +2,15 @@
 
     python benchmarks/distill.py --l2 /work/bench/l2 [--seeds 0 1 2] [--steps 30] [--every 3] [--root DIR]
     python benchmarks/distill.py --from-runs DIR      # the table of the runs already in DIR
+    python benchmarks/distill.py --recipe gateway_agent --set gateway.agent=null \
+        --start 'RUNS/s{seed}/checkpoints/step_0' --teacher 'TEACHERS/s{seed}/checkpoints/step_30' --root DIR
 
 Inputs per seed S, from the Level-2 benchmark (`benchmarks/algorithms.py`, default recipe on math_tool):
 the SFT checkpoint `<l2>/sN/sft-seedS/checkpoints/step_0` (the student's start) and the GRPO run trained
 from it, `<l2>/sN/grpo-seedS/checkpoints/step_*` (the teacher; same tokenizer). Per seed it evaluates the
 teacher and the start, then trains `grpo` and `mopd` (pure distillation, `roles.teachers` = that
-teacher) from the start with the default recipe's sizes, `--steps` RL steps, a held-out evaluation every
+teacher) from the start with the default recipe's sizes (or `--recipe`'s, with `--start` / `--teacher` naming
+any student start and teacher per seed: they must share a tokenizer), `--steps` RL steps, a held-out evaluation every
 `--every` steps and at the end. All evaluations use one cheaper protocol (`--eval-tasks` × `--eval-samples`,
 the same tasks and seeds for every model of a seed). A row's steps-to-target is the first evaluated step
 whose held-out success is ≥ `--frac` × the teacher's; "—" if none. Finished runs are not rerun; an
@@ -34,8 +37,9 @@ ALGOS = {"grpo": [], "mopd": [MOPD, "rl.truncation=keep"], "mopd_mask": [MOPD],
          "mopd_outcome": [MOPD, "rl.truncation=keep", "rl.algorithm.outcome_coef=1.0"]}
 
 
-def _train(args: list[str]) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tracerl.cli", "train", "default", *args], capture_output=True, text=True)
+def _train(a, args: list[str]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "tracerl.cli", "train", a.recipe, *args, *a.set], capture_output=True,
+                          text=True)
     if proc.returncode != 0:
         raise SystemExit(f"run failed: {' '.join(args)}\n{proc.stderr[-2000:]}")
 
@@ -81,15 +85,15 @@ def finished(run_dir: Path) -> bool:
 
 def evaluate(a, seed: int, model: Path, run_dir: Path) -> float:
     if not finished(run_dir):
-        _train([f"run.dir={_fresh(run_dir)}", f"model.path={model}", "stages=[eval]", *_common(a, seed)])
+        _train(a, [f"run.dir={_fresh(run_dir)}", f"model.path={model}", "stages=[eval]", *_common(a, seed)])
     return json.loads((run_dir / "summary.json").read_text())["evals"][-1]["eval/success"]
 
 
 def run_algo(a, seed: int, algo: str, start: Path, teacher: Path, run_dir: Path) -> None:
     if finished(run_dir):
         return
-    extra = [f"roles.teachers=[{{name: math_tool, path: {teacher}}}]"] if algo.startswith("mopd") else []
-    _train([f"run.dir={_fresh(run_dir)}", f"model.path={start}", "stages=[rl, eval]", f"rl.steps={a.steps}",
+    extra = [f"roles.teachers=[{{name: teacher, path: {teacher}}}]"] if algo.startswith("mopd") else []
+    _train(a, [f"run.dir={_fresh(run_dir)}", f"model.path={start}", "stages=[rl, eval]", f"rl.steps={a.steps}",
             f"rl.eval_every={a.every}", f"rl.prompts_per_step={a.prompts}", *_common(a, seed), *ALGOS[algo], *extra])
 
 
@@ -142,6 +146,10 @@ def table(res: dict, frac: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--l2", default="/work/bench/l2", help="root of a Level-2 benchmark (sN/sft-seedN, sN/grpo-seedN)")
+    ap.add_argument("--recipe", default="default", help="the recipe both rows train with (its sizes, its env)")
+    ap.add_argument("--start", default=None, help="student start per seed, '{seed}' filled in (default: from --l2)")
+    ap.add_argument("--teacher", default=None, help="teacher checkpoint per seed, '{seed}' filled in (default: from --l2)")
+    ap.add_argument("--set", nargs="*", default=[], help="extra overrides for every run (e.g. gateway.agent=null)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--algos", nargs="+", choices=list(ALGOS), default=["mopd", "grpo"])
     ap.add_argument("--steps", type=int, default=30)
@@ -159,8 +167,10 @@ def main() -> None:
         return
     root, l2 = Path(a.root), Path(a.l2)
     for seed in a.seeds:
-        sd, start = root / f"seed{seed}", l2 / f"s{seed}" / f"sft-seed{seed}" / "checkpoints" / "step_0"
-        teacher = teacher_path(l2, seed)
+        sd = root / f"seed{seed}"
+        start = (Path(a.start.format(seed=seed)) if a.start
+                 else l2 / f"s{seed}" / f"sft-seed{seed}" / "checkpoints" / "step_0")
+        teacher = Path(a.teacher.format(seed=seed)) if a.teacher else teacher_path(l2, seed)
         t = evaluate(a, seed, teacher, sd / "teacher-eval")
         s = evaluate(a, seed, start, sd / "start-eval")
         print(f"seed {seed}: teacher {teacher} held-out {t:.3f}; start {s:.3f}; target {a.frac * t:.3f}", flush=True)
