@@ -9,8 +9,9 @@ environment steps? On text_world and workplace_db.
 
 Per environment, one SFT start is trained first (the env recipe's `sft` stage at the sizes below, into
 <root>/sft for text_world, <root>/workplace_db-sft for workplace_db); every (algorithm, seed) run then
-starts from it (`model.path`), with stages eval → rl → eval and the same rollout budget: `rl.steps` ×
-`rl.prompts_per_step` × `rl.group_size` episodes. text_world runs use the shipped recipes (text_world,
+starts from it (`model.path`), with stages eval → rl → eval and, within an env, the same rollout budget:
+`rl.steps` × `rl.prompts_per_step` × `rl.group_size` episodes (text_world 8 × 8 × 4, workplace_db, whose
+steps are short, 30 × 16 × 8). text_world runs use the shipped recipes (text_world,
 ppo, prime, gigpo); workplace_db runs use the workplace_db recipe with each of those recipes' algorithm
 settings. The seed changes the RL sampling and task order, not the SFT start. Columns, from each run's
 store: held-out success after RL (avg@n), its change from the SFT start, invalid actions per policy
@@ -42,8 +43,12 @@ SUCCESS = {"text_world": "success", "workplace_db": "correct"}  # the reward com
 SIZES = ["env.train_tasks=800", "env.heldout_tasks=50", "eval.tasks=50", "eval.samples=2", "eval.k=[1,2]",
          "rl.checkpoint_every=100", "rl.eval_every=0", "run.threads=1", "run.progress=false"]
 SFT = {"text_world": ["sft.demos=600", "sft.epochs=4", "stages=[sft]"],
-       "workplace_db": ["stages=[sft]"]}  # the recipe's own SFT (2000 × 10 at lr 1e-3; smaller did not copy ids)
-RL = ["rl.steps=8", "rl.prompts_per_step=8", "rl.group_size=4", "stages=[eval,rl,eval]"]
+       # the recipe's own SFT (2000 × 10 at lr 1e-3; smaller did not copy ids): its 3000-task pool, not SIZES' 800
+       "workplace_db": ["stages=[sft]", "env.train_tasks=3000"]}
+RL = {"text_world": ["rl.steps=8", "rl.prompts_per_step=8", "rl.group_size=4", "stages=[eval,rl,eval]"],
+      # ~2 s a step: the recipe's batch for 30 steps, and 200 held-out tasks (standard error ≈ 0.02 at avg@2)
+      "workplace_db": ["rl.steps=30", "rl.prompts_per_step=16", "rl.group_size=8", "env.heldout_tasks=200",
+                       "eval.tasks=200", "stages=[eval,rl,eval]"]}
 EXTRA = {"ppo": ["roles.critic.pretrain_steps=2"]}  # VAPO's value pretraining, scaled to the 8-step budget
 INVALID = {"invalid_action", "blocked_action"}
 
@@ -128,7 +133,7 @@ def plan(env: str, algos: list[str], seeds: list[int], root: Path, extra: list[s
             where = root / f"{prefix}{algo}-s{seed}"
             recipe, own = (ALGOS[algo], []) if env == "text_world" else (env, WORKPLACE[algo])
             runs.append((recipe, [f"run.dir={where}", f"run.seed={seed}", f"model.path={sft}/checkpoints/step_0",
-                                  *SIZES, *RL, *own, *EXTRA.get(algo, []), *extra], where))
+                                  *SIZES, *RL[env], *own, *EXTRA.get(algo, []), *extra], where))
     return runs
 
 

@@ -46,12 +46,16 @@ def test_plan_covers_both_envs_with_each_algorithm():
     from credit import ALGOS, plan
 
     for env in ("text_world", "workplace_db"):
-        (_, _, sft), *runs = plan(env, list(ALGOS), [0, 1], Path("/tmp/bench"), ["rl.steps=2"])
+        (sft_recipe, sft_overrides, sft), *runs = plan(env, list(ALGOS), [0, 1], Path("/tmp/bench"), ["rl.steps=2"])
         assert sft.name == ("sft" if env == "text_world" else "workplace_db-sft")
+        s = load_recipe(sft_recipe, sft_overrides)
+        assert s.env.train_tasks >= s.sft.demos  # the pool does not cap the SFT demonstrations
         assert len(runs) == 2 * len(ALGOS)
         for recipe, overrides, where in runs:
             r = load_recipe(recipe, overrides)
-            assert (r.env.name, r.rl.steps, r.rl.prompts_per_step, r.rl.group_size) == (env, 2, 8, 4)
+            # within an env every algorithm gets the same rollout budget (text_world 8 × 4, workplace_db 16 × 8)
+            batch = (8, 4) if env == "text_world" else (16, 8)
+            assert (r.env.name, r.rl.steps, r.rl.prompts_per_step, r.rl.group_size) == (env, 2, *batch)
             assert where.name == f"{'' if env == 'text_world' else env + '-'}{r.rl.algorithm.name}-s{r.run.seed}"
             assert r.model.path == f"{sft}/checkpoints/step_0"
             if r.rl.algorithm.name == "ppo":
