@@ -117,8 +117,8 @@ def sharded_policy_steps(algo: Algorithm, policy: ShardedPolicy, batch: Batch, r
     """The policy's optimizer steps of `rl_update`, this rank's rows of each minibatch.
 
     Every rank calls it with the same arguments (`slices`: the rows of each minibatch, as the
-    single-process update's `minibatch_rows` chose them). A rank left without rows in a minibatch still runs its forward and
-    backward on one row at zero weight, so the collectives line up. Returns the step's stats as
+    single-process update's `minibatch_rows` chose them). A rank left without rows in a minibatch
+    still runs its forward and backward on one row at zero weight, so the collectives line up. Returns the step's stats as
     `rl_update` reports them: `loss` the sum over ranks (the single-process loss), the other loss
     stats averaged over ranks weighted by their loss tokens, `grad_norm` the global norm.
     """
