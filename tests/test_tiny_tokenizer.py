@@ -39,6 +39,9 @@ def test_the_recipe_key_reaches_the_tokenizer(tmp_path, monkeypatch, value):
         raise _Built
 
     monkeypatch.setattr(pipeline, "build_tiny", fake_build_tiny)
+    # run_recipe sets the process's torch threads from the recipe; later tests compare float results
+    # against single-threaded worker processes, so the thread count must not leak out of this test
+    monkeypatch.setattr(pipeline.torch, "set_num_threads", lambda n: None)
     recipe = load_recipe("smoke", [f"run.dir={tmp_path / 'run'}", f"model.tiny.individual_digits={str(value).lower()}"])
     with pytest.raises(_Built):
         pipeline.run_recipe(recipe)
