@@ -141,6 +141,48 @@ def chunked_token_scores(
     return logp, ent, (torch.cat([o[2] for o in outs]) if processed else logp)
 
 
+def _support_chunk(z: torch.Tensor, support, temperature: float):
+    """(logp_NK, ids_NK) of a chunk of logits: at the top-`support` tokens (an int) or at given ids ([N, K])."""
+    zt = process_logits(z, temperature=temperature)
+    lse = torch.logsumexp(zt, dim=-1, keepdim=True)
+    if isinstance(support, int):
+        with torch.no_grad():
+            ids = torch.topk(zt, min(support, zt.shape[-1]), dim=-1).indices
+    else:
+        ids = support.long()
+    return zt.gather(-1, ids) - lse, ids
+
+
+def _support_from_hidden(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, support, temperature: float):
+    z = h @ weight.t()
+    return _support_chunk(z if bias is None else z + bias, support, temperature)
+
+
+def chunked_support_logprobs(
+    logits_or_hidden_N: torch.Tensor, support: int | torch.Tensor, *, lm_head=None, chunk_size: int = 1024,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logp_NK, ids_NK): log-probs under the tempered full softmax of K tokens per position, `chunk_size`
+    positions at a time — the `support` most likely ones (an int K; chosen without gradient, the
+    teacher's side of a distribution-matching distillation loss) or the given ids (`[N, K]`, the
+    student's side, with gradient when autograd is on)."""
+    x = logits_or_hidden_N
+    weight = bias = None
+    if lm_head is not None:
+        weight, bias = _head(lm_head)
+    grad = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad))
+    outs = []
+    for s in range(0, x.shape[0], chunk_size):
+        sup = support if isinstance(support, int) else support[s:s + chunk_size]
+        fn, args = ((_support_from_hidden, (x[s:s + chunk_size], weight, bias, sup, temperature)) if lm_head is not None
+                    else (_support_chunk, (x[s:s + chunk_size], sup, temperature)))
+        outs.append(checkpoint(fn, *args, use_reentrant=False) if grad else fn(*args))
+    if not outs:
+        k = support if isinstance(support, int) else support.shape[-1]
+        return x.new_zeros(0, k, dtype=torch.float32), torch.zeros(0, k, dtype=torch.long, device=x.device)
+    return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
+
+
 def naive_token_logprobs_and_entropy(
     logits_or_hidden: torch.Tensor, targets_BT: torch.Tensor, *, lm_head=None, temperature: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -126,17 +126,23 @@ class PRMRole:
 
 
 class TeacherRole:
-    """A frozen teacher: full tempered log-probs of the student's tokens under `teacher/<name>`."""
+    """A frozen teacher: full tempered log-probs of the student's tokens under `teacher/<name>`; with
+    `support` K > 0 also its K most likely tokens at each of those positions and their log-probs
+    (`teacher/<name>@support_ids`, `@support_lp`, `[B, T, K]`), from the same forward pass."""
 
     warmup_steps = 0
 
-    def __init__(self, name: str, lm, *, temperature: float, share_prefix: bool = True):
-        self.need = f"teacher/{name}"
+    def __init__(self, name: str, lm, *, temperature: float, share_prefix: bool = True, support: int = 0):
+        self.need, self.support = f"teacher/{name}", support
         self.provides = frozenset({"teachers"})  # the algorithm asks for all teachers; each answers its own
         self.frozen = FrozenRole(freeze(lm), temperature=temperature, share_prefix=share_prefix)
 
     def scores(self, batch: Batch, needs: set[str]) -> dict[str, torch.Tensor]:
-        return {self.need: self.frozen.logprobs(batch)}
+        out = self.frozen.score(batch, support=self.support or None)
+        if not self.support:
+            return {self.need: out.full_logprobs_BT}
+        return {self.need: out.full_logprobs_BT, f"{self.need}@support_lp": out.support_logprobs_BTK,
+                f"{self.need}@support_ids": out.support_ids_BTK}
 
 
 AUX_ROLES = ("critic", "prm", "teachers")  # names an `Algorithm.roles` may declare beside policy and reference
@@ -174,7 +180,8 @@ def build_aux_roles(recipe, policy, state: dict | None, tokenizer=None) -> dict:
         for t in cfg.teachers:
             lm = place_role(_load_lm(t.path, f"teacher {t.name!r} path", tokenizer), recipe, t.device,
                             what=f"roles.teachers ({t.name}) device")
-            roles[f"teacher/{t.name}"] = TeacherRole(t.name, lm, temperature=temp, share_prefix=share)
+            roles[f"teacher/{t.name}"] = TeacherRole(t.name, lm, temperature=temp, share_prefix=share,
+                                                     support=algo.teacher_support)
     for name, role in roles.items():
         if state and name in state and hasattr(role, "trained"):
             role.trained.load_state_dict(state[name])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from tracerl.algorithms.batch import Batch
-from tracerl.algorithms.logprobs import chunked_token_scores
+from tracerl.algorithms.logprobs import chunked_support_logprobs, chunked_token_scores
 from tracerl.algorithms.spec import PolicyOutput
 from tracerl.models.device import batch_to, model_device
 from tracerl.models.lora import reference_view
@@ -41,25 +41,30 @@ def _decoder_and_head(model):
 
 
 def score_actions(model, batch: Batch, *, temperature: float, top_p: float = 1.0, top_k: int = 0,
-                  chunk_size: int = 1024, share_prefix: bool = True) -> PolicyOutput:
+                  chunk_size: int = 1024, share_prefix: bool = True,
+                  support: int | torch.Tensor | None = None) -> PolicyOutput:
     """Log-probs (processed and full) and entropies of the batch's ACTION tokens under `model`; 0 elsewhere.
 
     Gradients flow when autograd is on. Position t's token is predicted from position t − 1. The batch
     is moved to the model's device and the answer comes back on the batch's; the forward runs under the
     model's autocast (`models/precision.py`). With `share_prefix` the rows' shared prefixes run once
-    (`train/shared_prefix.py`), else each row runs whole without a KV cache.
+    (`train/shared_prefix.py`), else each row runs whole without a KV cache. `support` (an int K, or ids
+    `[B, T, K]`) also scores K tokens per ACTION position (`PolicyOutput.support_logprobs_BTK`).
     """
     home = batch.ids_BT.device
     batch = batch_to(batch, model_device(model))
+    if isinstance(support, torch.Tensor):
+        support = support.to(batch.ids_BT.device)
     out = score_tokens(model, batch.ids_BT, batch.attn_BT, batch.action_BT, temperature=temperature, top_p=top_p,
-                       top_k=top_k, chunk_size=chunk_size, share_prefix=share_prefix)
+                       top_k=top_k, chunk_size=chunk_size, share_prefix=share_prefix, support=support)
     if home == batch.ids_BT.device:
         return out
     return PolicyOutput(**{k: None if v is None else v.to(home) for k, v in vars(out).items()})
 
 
 def score_tokens(model, ids_BT: torch.Tensor, attn_BT: torch.Tensor, action_BT: torch.Tensor, *, temperature: float,
-                 top_p: float = 1.0, top_k: int = 0, chunk_size: int = 1024, share_prefix: bool = True) -> PolicyOutput:
+                 top_p: float = 1.0, top_k: int = 0, chunk_size: int = 1024, share_prefix: bool = True,
+                 support: int | torch.Tensor | None = None) -> PolicyOutput:
     """`score_actions` on bare tensors already on the model's device (the SFT loss uses it at temperature 1)."""
     sel = action_BT[:, 1:] > 0
     targets = ids_BT[:, 1:][sel]
@@ -73,19 +78,32 @@ def score_tokens(model, ids_BT: torch.Tensor, attn_BT: torch.Tensor, action_BT: 
             else:  # columns [P, T) ran per row on the shared prefixes' cache: no ACTION is predicted before P
                 P, tail = split
                 hidden = tail[:, :-1][sel[:, P:]]
-            logp, ent, full = chunked_token_scores(hidden, targets, lm_head=parts[1], chunk_size=chunk_size,
-                                                   temperature=temperature, top_p=top_p, top_k=top_k)
+            x, head = hidden, parts[1]
         else:
-            logits = model(input_ids=ids_BT, attention_mask=attn_BT, use_cache=False).logits[:, :-1][sel]
-            logp, ent, full = chunked_token_scores(logits, targets, chunk_size=chunk_size, temperature=temperature,
-                                                   top_p=top_p, top_k=top_k)
+            x, head = model(input_ids=ids_BT, attention_mask=attn_BT, use_cache=False).logits[:, :-1][sel], None
+        logp, ent, full = chunked_token_scores(x, targets, lm_head=head, chunk_size=chunk_size,
+                                               temperature=temperature, top_p=top_p, top_k=top_k)
+        if support is not None:
+            sup = support if isinstance(support, int) else support[:, 1:][sel]
+            sup_lp, sup_ids = chunked_support_logprobs(x, sup, lm_head=head, chunk_size=chunk_size,
+                                                       temperature=temperature)
 
     def place(x: torch.Tensor) -> torch.Tensor:
         shifted = torch.zeros(sel.shape, dtype=x.dtype, device=x.device).masked_scatter(sel, x)
         return torch.cat([torch.zeros_like(shifted[:, :1]), shifted], dim=1)
 
     lp = place(logp)
-    return PolicyOutput(logprobs_BT=lp, full_logprobs_BT=lp if full is logp else place(full), entropy_BT=place(ent))
+    out = PolicyOutput(logprobs_BT=lp, full_logprobs_BT=lp if full is logp else place(full), entropy_BT=place(ent))
+    if support is not None:
+        out.support_logprobs_BTK, out.support_ids_BTK = _place_k(sup_lp, sel), _place_k(sup_ids, sel)
+    return out
+
+
+def _place_k(x_NK: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
+    """`[N, K]` values of the positions `sel` (`[B, T-1]`, predicting token t+1) as `[B, T, K]`, 0 elsewhere."""
+    out = torch.zeros((*sel.shape, x_NK.shape[-1]), dtype=x_NK.dtype, device=x_NK.device)
+    out = out.masked_scatter(sel[..., None].expand_as(out), x_NK)
+    return torch.cat([torch.zeros_like(out[:, :1]), out], dim=1)
 
 
 class PolicyRole:
@@ -101,8 +119,8 @@ class PolicyRole:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
 
-    def score(self, batch: Batch) -> PolicyOutput:
-        return score_actions(self.model, batch, **self.scoring)
+    def score(self, batch: Batch, support: torch.Tensor | None = None) -> PolicyOutput:
+        return score_actions(self.model, batch, **self.scoring, support=support)
 
     def step(self, loss: torch.Tensor) -> float:
         """One optimizer step on `loss`; returns the gradient norm before clipping."""
@@ -123,11 +141,14 @@ class FrozenRole:
         self.model, self.temperature, self.share_prefix = model, temperature, share_prefix
 
     @torch.no_grad()
-    def logprobs(self, batch: Batch) -> torch.Tensor:
+    def score(self, batch: Batch, support: int | None = None) -> PolicyOutput:
         model, ctx = reference_view(self.model)  # a frozen copy, or the policy with its LoRA adapter off
         with ctx:
-            return score_actions(model, batch, temperature=self.temperature,
-                                 share_prefix=self.share_prefix).full_logprobs_BT
+            return score_actions(model, batch, temperature=self.temperature, share_prefix=self.share_prefix,
+                                 support=support)
+
+    def logprobs(self, batch: Batch) -> torch.Tensor:
+        return self.score(batch).full_logprobs_BT
 
 
 class Roles:

@@ -84,8 +84,9 @@ def rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: torch.Tens
     ratios, acc, steps = [], {}, 0
     roles.policy.model.train()
     for idx, mb, T in _minibatches(batch, minibatch_rows(batch, keep, minibatches, whole_groups=whole_groups)):
-        out = roles.policy.score(mb)
-        loss, s = algo.loss(mb, out, {n: v[idx, :T] for n, v in scores.items()}, adv_BT[idx, :T], rewards_B[idx], ctx)
+        mb_scores = {n: v[idx, :T] for n, v in scores.items()}
+        out = roles.policy.score(mb, support=algo.support_ids(mb_scores))  # e.g. MOPD's teacher top-K tokens
+        loss, s = algo.loss(mb, out, mb_scores, adv_BT[idx, :T], rewards_B[idx], ctx)
         loss = loss * minibatch_scale(algo.aggregation, mb.mask_BT, full_tokens, full_rows, minibatches)
         grad_norm = roles.policy.step(loss)
         sel = mb.mask_BT > 0

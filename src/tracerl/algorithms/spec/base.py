@@ -39,6 +39,10 @@ class PolicyOutput:
     logprobs_BT: torch.Tensor  # under the processed sampling distribution (the PPO ratio's numerator)
     full_logprobs_BT: torch.Tensor  # under the tempered full softmax (what a KL to another model compares)
     entropy_BT: torch.Tensor | None  # of the processed sampling distribution
+    # `[B, T, K]`, when the algorithm asked for a support (`Algorithm.support_ids`): log-probs of K tokens per
+    # position under the tempered full softmax, and those tokens' ids
+    support_logprobs_BTK: torch.Tensor | None = None
+    support_ids_BTK: torch.Tensor | None = None
 
 
 @dataclasses.dataclass
@@ -165,6 +169,17 @@ class Algorithm(Part):
     def role_summary(self, role: str, rows: dict[str, torch.Tensor]) -> dict[str, float]:
         """Stats of trained role `role` from the per-row tensors of that pass (`rows[<x>]` for `row/<x>`)."""
         return {}
+
+    @property
+    def teacher_support(self) -> int:
+        """K > 0: each teacher also scores its K most likely tokens at every ACTION position
+        (`teacher/<name>@support_lp`, `@support_ids` in the scores); 0: only the sampled tokens."""
+        return 0
+
+    def support_ids(self, scores: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """Token ids (`[B, T, K]`) at which the policy also scores a minibatch, with gradient
+        (`PolicyOutput.support_logprobs_BTK`); None: only the sampled tokens."""
+        return None
 
     @property
     def every_row(self) -> bool:

@@ -7,6 +7,13 @@ optionally plus `outcome_coef` × a GRPO outcome advantage broadcast to the toke
 `losses.mopd_loss`: −ρ·A over the tokens whose train/inference ratio ρ lies in [ratio_low,
 ratio_high] (the paper's [0.5, 2]), others dropped from the sum and the denominator.
 
+`support: K` adds a distribution-matching term (GKD with β = 0, Agarwal et al. 2024, "On-Policy
+Distillation of Language Models: Learning from Self-Generated Mistakes", on the student's own samples):
+at every kept token the forward KL Σ_k p̂_T(k)·(log p̂_T(k) − log π_θ(k)) over the teacher's K most likely
+tokens, p̂_T its top-K distribution renormalised, times `support_coef`. The sampled token's advantage
+says only that this token was worse or better than the teacher would have it; the support tells the
+student which tokens the teacher would have written, at every position, from one sample.
+
 Departure: with several teachers every trajectory is distilled towards their mean log-prob; the
 reports route each task to its domain's teacher. Metrics: `mopd/reverse_kl/<teacher>`, the token mean
 of log π_student − log π_teacher on the sampled tokens (a reverse-KL sample).
@@ -22,7 +29,7 @@ from pydantic import Field, model_validator
 from tracerl.algorithms.advantages import grpo, mopd
 from tracerl.algorithms.batch import Batch
 from tracerl.algorithms.losses import kl_loss, mopd_loss
-from tracerl.algorithms.losses.aggregate import masked_mean
+from tracerl.algorithms.losses.aggregate import aggregate, masked_mean
 from tracerl.algorithms.spec.base import Algorithm, PolicyOutput, StepContext
 
 TEACHER = "teacher/"
@@ -38,6 +45,11 @@ class MOPD(Algorithm):
     """Highest kept ratio (the paper: 2)."""
     outcome_coef: float = Field(0.0, ge=0)
     """Weight of the GRPO outcome advantage added to the teacher advantage; 0 is pure distillation."""
+    support: int = Field(0, ge=0, le=4096)
+    """K > 0: also match the teacher's top-K distribution at every kept token (the forward KL above); 0: the
+    paper's loss on the sampled token only. Costs a `[B, T, K]` tensor per teacher."""
+    support_coef: float = Field(1.0, ge=0)
+    """Weight of the top-K forward KL term (with `support` > 0)."""
 
     @model_validator(mode="after")
     def _own_loss(self) -> MOPD:
@@ -48,8 +60,24 @@ class MOPD(Algorithm):
                              "effect; remove them (ratio_low, ratio_high, outcome_coef, kl and aggregation apply)")
         return self
 
+    @model_validator(mode="after")
+    def _support_coef_needs_support(self) -> MOPD:
+        if "support_coef" in self.model_fields_set and not self.support:
+            raise ValueError("support_coef weights the top-K term, which support: 0 turns off; set support: K (e.g. 16) "
+                             "or remove support_coef")
+        return self
+
     def roles(self) -> set[str]:
         return super().roles() | {"teachers"}
+
+    @property
+    def teacher_support(self) -> int:
+        return self.support
+
+    def support_ids(self, scores: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        if not self.support:
+            return None
+        return torch.cat([scores[f"{k}@support_ids"] for k in _teachers(scores)], dim=-1)
 
     def needs(self) -> set[str]:
         return super().needs() | {"teachers"}
@@ -61,11 +89,14 @@ class MOPD(Algorithm):
     def advantages(self, batch: Batch, rewards_B: torch.Tensor, scores: dict[str, torch.Tensor]
                    ) -> tuple[torch.Tensor, dict[str, float]]:
         mask = batch.mask_BT
-        teachers = sorted(k for k in scores if k.startswith(TEACHER))
+        teachers = _teachers(scores)
         if not teachers:
             raise ValueError("mopd needs teacher log-probs but the trainer holds no teacher role")
         stats = {f"mopd/reverse_kl/{k[len(TEACHER):]}": float(masked_mean(batch.behavior_BT - scores[k], mask))
                  for k in teachers}
+        for k in teachers if self.support else ():  # how much of each teacher's distribution its top K hold
+            mass = torch.logsumexp(scores[f"{k}@support_lp"], dim=-1).exp()
+            stats[f"mopd/support_mass/{k[len(TEACHER):]}"] = float(masked_mean(mass, mask))
         adv = torch.stack([mopd(scores[k], batch.behavior_BT, mask) for k in teachers]).mean(dim=0)
         if self.outcome_coef > 0:
             keep, out_B = batch.baseline_B, torch.zeros_like(rewards_B)
@@ -86,8 +117,32 @@ class MOPD(Algorithm):
         loss, s = mopd_loss(out.logprobs_BT, mb.behavior_BT, target, mb.mask_BT, ratio_low=self.ratio_low,
                             ratio_high=self.ratio_high, aggregation=self.aggregation, max_len=ctx.max_tokens)
         stats = {"pg_loss": loss.detach(), "mopd_kept_frac": s["kept_frac"]}
+        if self.support:
+            kl = self._support_kl(mb, out, scores, ctx)
+            loss, stats = loss + self.support_coef * kl, {**stats, "mopd_support_kl": kl.detach()}
         if self.kl.coef > 0:
             kl, s = kl_loss(out.full_logprobs_BT, scores["reference"], mb.mask_BT, estimator=self.kl.estimator,
                             coef=self.kl.coef, aggregation=self.aggregation, max_len=ctx.max_tokens)
             loss, stats = loss + kl, {**stats, **s}
         return loss, stats
+
+    def _support_kl(self, mb: Batch, out: PolicyOutput, scores: dict[str, torch.Tensor], ctx: StepContext) -> torch.Tensor:
+        """Mean over teachers of the aggregated top-K forward KL, over the tokens the ratio band keeps."""
+        mask = mb.mask_BT > 0
+        ratio = torch.exp(out.logprobs_BT.detach() - mb.behavior_BT)
+        keep = mask & (ratio >= self.ratio_low) & (ratio <= self.ratio_high)
+        terms, at = [], 0
+        for k in _teachers(scores):
+            t_lp = scores[f"{k}@support_lp"]
+            K = t_lp.shape[-1]
+            q = t_lp - torch.logsumexp(t_lp, dim=-1, keepdim=True)  # the teacher's top K, renormalised
+            s_lp = out.support_logprobs_BTK[..., at:at + K]
+            kl = (q.exp() * (q - s_lp)).sum(dim=-1)
+            terms.append(aggregate(torch.where(keep, kl, torch.zeros_like(kl)), keep, self.aggregation, ctx.max_tokens))
+            at += K
+        return torch.stack(terms).mean()
+
+
+def _teachers(scores: dict[str, torch.Tensor]) -> list[str]:
+    """The teachers' sampled-token score names (`teacher/<name>`), without their support tensors."""
+    return sorted(k for k in scores if k.startswith(TEACHER) and "@" not in k)
