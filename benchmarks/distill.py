@@ -34,7 +34,9 @@ MOPD = "rl.algorithm={name: mopd, ratio_low: 0.5, ratio_high: 2.0, aggregation: 
 # (measured at seed 0: truncation 0 → 82 % by step 11, held-out 0.335 → 0.09; row `mopd_mask`)
 ALGOS = {"grpo": [], "mopd": [MOPD, "rl.truncation=keep"], "mopd_mask": [MOPD],
          # the teacher's token advantage plus the GRPO outcome advantage (Nemotron's mixing, outcome_coef 1)
-         "mopd_outcome": [MOPD, "rl.truncation=keep", "rl.algorithm.outcome_coef=1.0"]}
+         "mopd_outcome": [MOPD, "rl.truncation=keep", "rl.algorithm.outcome_coef=1.0"],
+         # plus the forward KL to the teacher's top-16 distribution at every token (GKD, beta 0)
+         "mopd_support": [MOPD, "rl.truncation=keep", "rl.algorithm.support=16"]}
 
 
 def _train(a, args: list[str]) -> None:
