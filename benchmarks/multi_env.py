@@ -10,6 +10,8 @@ demonstrations split equally) is trained first into <root>/sft. Every contender 
 (`model.path`), runs stages eval → rl → eval, and gives each domain the same RL budget: S steps of P
 tasks × G rollouts.
   * mixture:   3·S steps, every batch a third of each domain (envs shares 1:1:1);
+  * mixture-episodes: the same with `mixture.loss_share: episodes` (each domain's share of the loss is its
+    share of the episodes, not of the action tokens);
   * cascade-A-B-C: three RL stages of S steps, one domain each, in that order (optimizer reset at
     each boundary, as Nemotron-Cascade does);
   * only-X:    S steps on domain X alone (the other domains are still evaluated: forgetting shows).
@@ -41,7 +43,9 @@ CASCADES = (("math_tool", "code_tests", "search_qa"), ("search_qa", "code_tests"
 
 
 def contenders(steps: int, cascades=CASCADES) -> dict[str, list[str]]:
-    out = {"mixture": [f"rl.steps={3 * steps}"]}
+    out = {"mixture": [f"rl.steps={3 * steps}"],
+           # each domain's share of the loss = its share of the episodes, not of the tokens (code's are long)
+           "mixture-episodes": [f"rl.steps={3 * steps}", "mixture.loss_share=episodes"]}
     for order in cascades:
         stages = ", ".join(f"{{name: {d}, steps: {steps}, envs: [{d}], reset_optimizer: {str(i > 0).lower()}}}"
                            for i, d in enumerate(order))
@@ -85,11 +89,11 @@ def table(rows: list[dict]) -> str:
         means[name] = {d: sum(r[d] for r in mine) / len(mine) for d in DOMAINS}
         lines.append(f"{name:<26} mean over {len(mine)} seeds: " + ", ".join(f"{d} {v:.3f}" for d, v in means[name].items())
                      + f"; all {sum(means[name].values()) / len(DOMAINS):.3f}")
-    if "mixture" in means:
+    for mix in (m for m in ("mixture", "mixture-episodes") if m in means):
         for d in DOMAINS:
             if f"only-{d}" in means:
-                gap = means["mixture"][d] - means[f"only-{d}"][d]
-                lines.append(f"mixture vs only-{d} on {d}: {gap:+.3f}")
+                gap = means[mix][d] - means[f"only-{d}"][d]
+                lines.append(f"{mix} vs only-{d} on {d}: {gap:+.3f}")
     cascades = {n: sum(m.values()) / len(DOMAINS) for n, m in means.items() if n.startswith("cascade-")}
     if cascades:
         best = max(cascades, key=cascades.get)

@@ -19,6 +19,8 @@ the run (the single `env:` form included), which used to crash mid-RL.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tracerl.tasks.config import TasksConfig
@@ -76,6 +78,13 @@ class MixtureConfig(_Cfg):
     """Divide each environment's rewards by their standard deviation in the batch before the advantage, so
     one domain's large reward scale does not dominate the update (matters for algorithms that do not
     normalise per group: dr_grpo, rloo, reinforce_pp). GRPO's per-group normalisation is unchanged by it."""
+    loss_share: Literal["tokens", "episodes"] = "tokens"
+    """How a batch's environments share the policy loss. tokens: every action token weighs the same, so
+    under token aggregation an environment with long episodes (code) takes more of each update than its
+    share of the episodes. episodes: each environment's rows are reweighted (their loss weight, recorded per
+    trajectory) so its share of the loss's token weight is its share of the batch's episodes, as in the
+    single-environment runs it is compared with. Needs a policy-gradient loss that weighs tokens
+    (aggregation token or fixed; not mopd, whose band loss counts kept tokens)."""
     regression_tolerance: float | None = Field(None, gt=0.0, le=1.0)
     """Stop RL cleanly (checkpoint + gate event, exit 3) when any environment's held-out success falls more than
     this below its best so far in the run (needs rl.eval_every > 0)."""
@@ -154,6 +163,11 @@ def check_envs(recipe) -> str | None:
     if recipe.gates.audit_failures_max is not None:
         return ("gates.audit_failures_max replays one environment's audit set and is not wired for envs: yet; "
                 "unset it and run `tracerl audit <env>` for each environment")
+    algo = recipe.rl.algorithm
+    if recipe.mixture.loss_share == "episodes" and (algo.aggregation == "sequence" or algo.name == "mopd"):
+        why = ("aggregation sequence already weighs every episode the same" if algo.aggregation == "sequence"
+               else "mopd's band loss counts kept tokens, not loss weights")
+        return f"mixture.loss_share: episodes has no effect here ({why}); remove it"
     if recipe.mixture.regression_tolerance is not None and not recipe.rl.eval_every:
         return "mixture.regression_tolerance watches the held-out evaluations during RL; set rl.eval_every > 0"
     return None

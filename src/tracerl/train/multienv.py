@@ -170,14 +170,15 @@ class EnvRouter:
     """Stands for the env spec in the trainer; see the module docstring."""
 
     def __init__(self, routes: Sequence[EnvRoute], active: Sequence[str], task_env: Mapping[str, str], *,
-                 normalize: bool = False, tolerance: float | None = None, best: Mapping[str, float] | None = None):
+                 normalize: bool = False, tolerance: float | None = None, best: Mapping[str, float] | None = None,
+                 loss_share: str = "tokens"):
         self.routes = {r.name: r for r in routes}
         self.active = list(active)
         self.name = "+".join(self.active)
         self.task_env = dict(task_env)
         total = sum(self.routes[n].share for n in self.active)
         self.targets = {n: self.routes[n].share / total for n in self.active}
-        self.normalize_rewards, self.tolerance = normalize, tolerance
+        self.normalize_rewards, self.tolerance, self.loss_share = normalize, tolerance, loss_share
         self.best: dict[str, float] = dict(best or {})
 
     def env_of(self, task) -> str:
@@ -231,6 +232,25 @@ class EnvRouter:
                 out[sel] = rewards[sel] / std
             stats[f"domain/{name}/reward_norm_scale"] = 1.0 / std if std > 1e-8 else 1.0
         return out, stats
+
+    def share_loss(self, batch, trajs: Sequence) -> dict[str, float]:
+        """With `mixture.loss_share: episodes`: scale each environment's loss weights (`batch.weight_B`, in
+        place) by (its share of the trained episodes) / (its share of their action tokens)."""
+        if self.loss_share != "episodes":
+            return {}
+        names = [t.env_name for t in trajs]
+        batch.weight_B = batch.weight_B.float()
+        tokens, rows = batch.mask_BT.sum(dim=1), batch.weight_B > 0
+        all_tokens, all_rows = float(tokens.sum()), int(rows.sum())
+        stats = {}
+        for name in self.active:
+            sel = torch.tensor([n == name for n in names]) & rows
+            mine = float(tokens[sel].sum())
+            if mine > 0:
+                factor = (int(sel.sum()) / all_rows) / (mine / all_tokens)
+                batch.weight_B[sel] = batch.weight_B[sel] * factor
+                stats[f"domain/{name}/loss_weight"] = factor
+        return stats
 
     def gate(self, step: int, metrics: Mapping[str, float]) -> GateTrip | None:
         """Trip when an environment's held-out success falls more than the tolerance below its best."""

@@ -153,7 +153,7 @@ def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Re
             rewards, shaping = algo.shape_rewards(batch, trajs, ctx)
             if hasattr(spec, "normalize"):  # several environments (train/multienv.py): per-domain reward scale
                 rewards, norm = spec.normalize(rewards, trajs)
-                shaping |= norm
+                shaping |= norm | spec.share_loss(batch, trajs)  # mixture.loss_share: per-domain loss weights
             stats, adv = ln.update(algo, roles, batch, rewards, minibatches=cfg.minibatches, ctx=ctx,
                                    whole_groups=cfg.whole_groups)
             record_credit(store, state.step, batch.trajectory_ids, per_trajectory(adv, batch.action_BT),

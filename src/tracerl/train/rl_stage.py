@@ -49,7 +49,8 @@ def run_rl_stages(recipe, envs: RunEnvs, state: RLState, *, run, model, tokenize
         spec, st_recipe = routes[0].spec, st.recipe
         if envs.mixed:
             spec = EnvRouter(routes, active, envs.task_env, normalize=recipe.mixture.normalize_rewards,
-                             tolerance=recipe.mixture.regression_tolerance, best=heldout.best_success())
+                             tolerance=recipe.mixture.regression_tolerance, best=heldout.best_success(),
+                             loss_share=recipe.mixture.loss_share)
             longest = max(r.env.max_tokens for r in routes)
             st_recipe = st.recipe.model_copy(update={"env": st.recipe.env.model_copy(update={"max_tokens": longest})})
         state = train_rl(model, tokenizer, engine, sampler, st_recipe, spec=spec, log=log,
