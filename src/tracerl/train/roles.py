@@ -89,21 +89,16 @@ def score_tokens(model, ids_BT: torch.Tensor, attn_BT: torch.Tensor, action_BT: 
                                                        temperature=temperature)
 
     def place(x: torch.Tensor) -> torch.Tensor:
-        shifted = torch.zeros(sel.shape, dtype=x.dtype, device=x.device).masked_scatter(sel, x)
+        """Values `[N, ...]` of the positions `sel` (predicting token t + 1) as `[B, T, ...]`, 0 elsewhere."""
+        shifted = torch.zeros((*sel.shape, *x.shape[1:]), dtype=x.dtype, device=x.device)
+        shifted = shifted.masked_scatter(sel.view(*sel.shape, *[1] * (x.dim() - 1)).expand_as(shifted), x)
         return torch.cat([torch.zeros_like(shifted[:, :1]), shifted], dim=1)
 
     lp = place(logp)
     out = PolicyOutput(logprobs_BT=lp, full_logprobs_BT=lp if full is logp else place(full), entropy_BT=place(ent))
     if support is not None:
-        out.support_logprobs_BTK, out.support_ids_BTK = _place_k(sup_lp, sel), _place_k(sup_ids, sel)
+        out.support_logprobs_BTK, out.support_ids_BTK = place(sup_lp), place(sup_ids)
     return out
-
-
-def _place_k(x_NK: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
-    """`[N, K]` values of the positions `sel` (`[B, T-1]`, predicting token t+1) as `[B, T, K]`, 0 elsewhere."""
-    out = torch.zeros((*sel.shape, x_NK.shape[-1]), dtype=x_NK.dtype, device=x_NK.device)
-    out = out.masked_scatter(sel[..., None].expand_as(out), x_NK)
-    return torch.cat([torch.zeros_like(out[:, :1]), out], dim=1)
 
 
 class PolicyRole:
