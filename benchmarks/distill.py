@@ -32,7 +32,10 @@ MOPD = "rl.algorithm={name: mopd, ratio_low: 0.5, ratio_high: 2.0, aggregation: 
 # mopd keeps truncated episodes in the loss: the teacher's token advantage does not need an outcome, and with
 # the default recipe's `truncation: mask` the student's drift into over-long answers is never corrected
 # (measured at seed 0: truncation 0 → 82 % by step 11, held-out 0.335 → 0.09; row `mopd_mask`)
-ALGOS = {"grpo": [], "mopd": [MOPD, "rl.truncation=keep"], "mopd_mask": [MOPD],
+# grpo spelled out (the default recipe's own settings), so a row under `--recipe mopd` trains GRPO too
+GRPO = ["rl.algorithm={name: grpo, clip_low: 0.2, clip_high: 0.28, aggregation: token}", "rl.truncation=mask",
+        "roles.teachers=[]"]
+ALGOS = {"grpo": GRPO, "mopd": [MOPD, "rl.truncation=keep"], "mopd_mask": [MOPD],
          # the teacher's token advantage plus the GRPO outcome advantage (Nemotron's mixing, outcome_coef 1)
          "mopd_outcome": [MOPD, "rl.truncation=keep", "rl.algorithm.outcome_coef=1.0"],
          # plus the forward KL to the teacher's top-16 distribution at every token (GKD, beta 0)

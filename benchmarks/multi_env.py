@@ -12,6 +12,7 @@ tasks × G rollouts.
   * mixture:   3·S steps, every batch a third of each domain (envs shares 1:1:1);
   * mixture-episodes: the same with `mixture.loss_share: episodes` (each domain's share of the loss is its
     share of the episodes, not of the action tokens);
+  * mixture-alternate: the same with `mixture.schedule: alternate` (every batch one domain, in turns);
   * cascade-A-B-C: three RL stages of S steps, one domain each, in that order (optimizer reset at
     each boundary, as Nemotron-Cascade does);
   * only-X:    S steps on domain X alone (the other domains are still evaluated: forgetting shows).
@@ -45,7 +46,9 @@ CASCADES = (("math_tool", "code_tests", "search_qa"), ("search_qa", "code_tests"
 def contenders(steps: int, cascades=CASCADES) -> dict[str, list[str]]:
     out = {"mixture": [f"rl.steps={3 * steps}"],
            # each domain's share of the loss = its share of the episodes, not of the tokens (code's are long)
-           "mixture-episodes": [f"rl.steps={3 * steps}", "mixture.loss_share=episodes"]}
+           "mixture-episodes": [f"rl.steps={3 * steps}", "mixture.loss_share=episodes"],
+           # every batch one domain, in turns: each domain's update is normalised over its own tokens
+           "mixture-alternate": [f"rl.steps={3 * steps}", "mixture.schedule=alternate"]}
     for order in cascades:
         stages = ", ".join(f"{{name: {d}, steps: {steps}, envs: [{d}], reset_optimizer: {str(i > 0).lower()}}}"
                            for i, d in enumerate(order))
@@ -89,7 +92,7 @@ def table(rows: list[dict]) -> str:
         means[name] = {d: sum(r[d] for r in mine) / len(mine) for d in DOMAINS}
         lines.append(f"{name:<26} mean over {len(mine)} seeds: " + ", ".join(f"{d} {v:.3f}" for d, v in means[name].items())
                      + f"; all {sum(means[name].values()) / len(DOMAINS):.3f}")
-    for mix in (m for m in ("mixture", "mixture-episodes") if m in means):
+    for mix in (m for m in ("mixture", "mixture-episodes", "mixture-alternate") if m in means):
         for d in DOMAINS:
             if f"only-{d}" in means:
                 gap = means[mix][d] - means[f"only-{d}"][d]

@@ -85,6 +85,11 @@ class MixtureConfig(_Cfg):
     trajectory) so its share of the loss's token weight is its share of the batch's episodes, as in the
     single-environment runs it is compared with. Needs a policy-gradient loss that weighs tokens
     (aggregation token or fixed; not mopd, whose band loss counts kept tokens)."""
+    schedule: Literal["mixed", "alternate"] = "mixed"
+    """How batches hold the environments. mixed: every batch holds each environment at its target share.
+    alternate: every batch holds one environment, and batches take turns so that each environment's share of
+    the batches is its target share (a domain's update is then normalised over its own tokens alone, as in a
+    single-environment run; per-domain metrics appear at the steps that drew it)."""
     regression_tolerance: float | None = Field(None, gt=0.0, le=1.0)
     """Stop RL cleanly (checkpoint + gate event, exit 3) when any environment's held-out success falls more than
     this below its best so far in the run (needs rl.eval_every > 0)."""
@@ -168,6 +173,14 @@ def check_envs(recipe) -> str | None:
         why = ("aggregation sequence already weighs every episode the same" if algo.aggregation == "sequence"
                else "mopd's band loss counts kept tokens, not loss weights")
         return f"mixture.loss_share: episodes has no effect here ({why}); remove it"
+    if recipe.mixture.schedule == "alternate":
+        if recipe.mixture.loss_share == "episodes":
+            return ("mixture.loss_share: episodes has no effect with mixture.schedule: alternate (each batch holds one "
+                    "environment); remove one of them")
+        samplers = [recipe.tasks.sampler] + [e.tasks.sampler for e in recipe.envs if e.tasks is not None]
+        if algo.dynamic_sampling or any(s.kind == "dynamic" for s in samplers):
+            return ("mixture.schedule: alternate draws one environment per batch and does not combine with dynamic "
+                    "sampling (tasks.sampler.kind: dynamic, dapo), whose refills would draw another; use schedule: mixed")
     if recipe.mixture.regression_tolerance is not None and not recipe.rl.eval_every:
         return "mixture.regression_tolerance watches the held-out evaluations during RL; set rl.eval_every > 0"
     return None

@@ -90,14 +90,18 @@ class EnvMixtureSampler:
 
     kind = "env_mixture"
 
-    def __init__(self, samplers: Mapping[str, Any], shares: Mapping[str, float]):
+    def __init__(self, samplers: Mapping[str, Any], shares: Mapping[str, float], *, schedule: str = "mixed"):
         total = sum(shares.values())
         self.samplers, self.targets = dict(samplers), {k: v / total for k, v in shares.items()}
+        self.schedule = schedule  # alternate: the whole batch from one environment, in turns at the target shares
         self.credit: dict[str, float] = {}
         self.drawn = {k: 0 for k in self.samplers}
 
     def next_batch(self, n: int) -> list:
-        counts = allocate(n, self.targets, self.credit)
+        if self.schedule == "alternate":  # one draw of whole batches: the environment whose turn is due
+            counts = {k: n * c for k, c in allocate(1, self.targets, self.credit).items()}
+        else:
+            counts = allocate(n, self.targets, self.credit)
         out = []
         for name in self.samplers:  # the recipe's order
             if counts.get(name):

@@ -88,7 +88,8 @@ def start_stage(st: RLStage, routes, state: RLState, *, envs: RunEnvs, run, engi
         built[r.name] = build_stage_tasks(recipe, sub, run_path=run.path, attempt_fn=attempt_fn,
                                           policy=f"{run.path.name} policy version {state.policy_version}",
                                           loaded=(loaded[r.name], envs.pools[r.name].sources))
-    sampler = (EnvMixtureSampler({n: b.sampler for n, b in built.items()}, {r.name: r.share for r in routes})
+    sampler = (EnvMixtureSampler({n: b.sampler for n, b in built.items()}, {r.name: r.share for r in routes},
+                                 schedule=recipe.mixture.schedule)
                if envs.mixed else built[routes[0].name].sampler)
     if resumed:
         sampler.load_state_dict(state.sampler_state)
