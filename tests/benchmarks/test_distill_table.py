@@ -41,3 +41,15 @@ def test_steps_to_target_by_hand(tmp_path):
     text = table(res, 0.9)
     assert "0:0.200 3:0.300 6:0.350 9:0.370 10:0.360" in text and "3 (to 3)" in text and "(unfinished)" in text
     assert "mopd_mask: mean" not in text and "grpo: mean held-out at its last step 0.360" in text
+
+
+def test_the_grpo_row_trains_grpo_under_any_recipe():
+    from distill import ALGOS
+
+    from tracerl.config import load_recipe
+
+    default = load_recipe("default", [])
+    assert load_recipe("default", ALGOS["grpo"]).rl == default.rl  # the default recipe's own settings: replays hold
+    under_mopd = load_recipe("mopd", ALGOS["grpo"])
+    assert under_mopd.rl.algorithm.name == "grpo" and under_mopd.rl.truncation == "mask"
+    assert not under_mopd.roles.teachers
