@@ -38,8 +38,6 @@ GRPO = ["rl.algorithm={name: grpo, clip_low: 0.2, clip_high: 0.28, aggregation: 
 ALGOS = {"grpo": GRPO, "mopd": [MOPD, "rl.truncation=keep"], "mopd_mask": [MOPD],
          # the teacher's token advantage plus the GRPO outcome advantage (Nemotron's mixing, outcome_coef 1)
          "mopd_outcome": [MOPD, "rl.truncation=keep", "rl.algorithm.outcome_coef=1.0"],
-         # the teacher advantage less its batch mean (a constant baseline; its mean is -KL otherwise)
-         "mopd_center": [MOPD, "rl.truncation=keep", "rl.algorithm.center=true"],
          # plus the forward KL to the teacher's top-16 distribution at every token (GKD, beta 0)
          "mopd_support": [MOPD, "rl.truncation=keep", "rl.algorithm.support=16"]}
 

@@ -45,10 +45,6 @@ class MOPD(Algorithm):
     """Highest kept ratio (the paper: 2)."""
     outcome_coef: float = Field(0.0, ge=0)
     """Weight of the GRPO outcome advantage added to the teacher advantage; 0 is pure distillation."""
-    center: bool = False
-    """Subtract the batch mean of the teacher advantage over the loss's tokens: a constant baseline, so the
-    expected reverse-KL gradient is unchanged, but a sampled token is no longer pushed down just because the
-    advantage's mean is −KL < 0 (measured on text_world without it: the student collapsed, docs/algorithms.md)."""
     support: int = Field(0, ge=0, le=4096)
     """K > 0: also match the teacher's top-K distribution at every kept token (the forward KL above); 0: the
     paper's loss on the sampled token only. Costs a `[B, T, K]` tensor per teacher."""
@@ -102,8 +98,6 @@ class MOPD(Algorithm):
             mass = torch.logsumexp(scores[f"{k}@support_lp"], dim=-1).exp()
             stats[f"mopd/support_mass/{k[len(TEACHER):]}"] = float(masked_mean(mass, mask))
         adv = torch.stack([mopd(scores[k], batch.behavior_BT, mask) for k in teachers]).mean(dim=0)
-        if self.center:
-            adv = (adv - masked_mean(adv, mask)) * mask
         if self.outcome_coef > 0:
             keep, out_B = batch.baseline_B, torch.zeros_like(rewards_B)
             if keep.any():
