@@ -39,7 +39,9 @@ ALGOS = {"grpo": GRPO, "mopd": [MOPD, "rl.truncation=keep"], "mopd_mask": [MOPD]
          # the teacher's token advantage plus the GRPO outcome advantage (Nemotron's mixing, outcome_coef 1)
          "mopd_outcome": [MOPD, "rl.truncation=keep", "rl.algorithm.outcome_coef=1.0"],
          # plus the forward KL to the teacher's top-16 distribution at every token (GKD, beta 0)
-         "mopd_support": [MOPD, "rl.truncation=keep", "rl.algorithm.support=16"]}
+         "mopd_support": [MOPD, "rl.truncation=keep", "rl.algorithm.support=16"],
+         # that forward KL alone, without the sampled-token (reverse-KL) term
+         "mopd_forward": [MOPD, "rl.truncation=keep", "rl.algorithm.support=16", "rl.algorithm.reverse_coef=0"]}
 
 
 def _train(a, args: list[str]) -> None:

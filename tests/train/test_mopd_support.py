@@ -124,3 +124,17 @@ def test_the_recipe_key_reaches_the_update(tiny, parity_env):
 def test_support_coef_without_support_is_refused():
     with pytest.raises(Exception, match="support_coef"):
         ALGORITHMS["mopd"](support_coef=0.5)
+
+
+def test_reverse_coef_scales_the_sampled_token_term_and_zero_leaves_the_forward_kl_alone():
+    batch, out, scores = _one_row(torch.tensor([[0., 0., -1., -1.]]))
+    scores = {**scores, "teacher/t": torch.tensor([[0., 0., -0.5, -2.0]])}  # teacher advantage (.5, −1)
+    half, _ = ALGORITHMS["mopd"](reverse_coef=0.5).advantages(batch, batch.reward_B, scores)
+    assert torch.allclose(half, torch.tensor([[0., 0., 0.25, -0.5]]))
+    forward = ALGORITHMS["mopd"](reverse_coef=0.0, support=2)
+    adv, stats = forward.advantages(batch, batch.reward_B, scores)
+    assert not adv.any() and abs(stats["mopd/reverse_kl/t"] - 0.25) < 1e-6  # the KL is still logged: (−.5 + 1) / 2
+    loss, s = forward.loss(batch, out, scores, adv, batch.reward_B, StepContext(max_tokens=8))
+    assert abs(float(loss) - (0.3040988 + 0.6931472) / 2) < 1e-6 and float(s["pg_loss"]) == 0.0
+    with pytest.raises(Exception, match="nothing to train"):
+        ALGORITHMS["mopd"](reverse_coef=0.0)

@@ -45,6 +45,9 @@ class MOPD(Algorithm):
     """Highest kept ratio (the paper: 2)."""
     outcome_coef: float = Field(0.0, ge=0)
     """Weight of the GRPO outcome advantage added to the teacher advantage; 0 is pure distillation."""
+    reverse_coef: float = Field(1.0, ge=0)
+    """Weight of the teacher advantage on the sampled token (the reverse KL; the paper's loss). 0 with
+    `support: K` trains the top-K forward KL alone (mass-covering: the student keeps the teacher's rarer actions)."""
     support: int = Field(0, ge=0, le=4096)
     """K > 0: also match the teacher's top-K distribution at every kept token (the forward KL above); 0: the
     paper's loss on the sampled token only. Costs a `[B, T, K]` tensor per teacher."""
@@ -57,7 +60,7 @@ class MOPD(Algorithm):
                                                  "correction", "nll", "entropy"})
         if unused:
             raise ValueError(f"mopd trains with its ratio-band distillation loss, so {', '.join(unused)} would have no "
-                             "effect; remove them (ratio_low, ratio_high, outcome_coef, kl and aggregation apply)")
+                             "effect; remove them (ratio_low, ratio_high, outcome_coef, reverse_coef, support, kl and aggregation apply)")
         return self
 
     @model_validator(mode="after")
@@ -65,6 +68,9 @@ class MOPD(Algorithm):
         if "support_coef" in self.model_fields_set and not self.support:
             raise ValueError("support_coef weights the top-K term, which support: 0 turns off; set support: K (e.g. 16) "
                              "or remove support_coef")
+        if self.reverse_coef == 0 and not self.support and self.outcome_coef == 0:
+            raise ValueError("mopd with reverse_coef 0, support 0 and outcome_coef 0 has nothing to train; set support: K "
+                             "(e.g. 16) for the forward KL, or reverse_coef > 0")
         return self
 
     def roles(self) -> set[str]:
@@ -97,7 +103,7 @@ class MOPD(Algorithm):
         for k in teachers if self.support else ():  # how much of each teacher's distribution its top K hold
             mass = torch.logsumexp(scores[f"{k}@support_lp"], dim=-1).exp()
             stats[f"mopd/support_mass/{k[len(TEACHER):]}"] = float(masked_mean(mass, mask))
-        adv = torch.stack([mopd(scores[k], batch.behavior_BT, mask) for k in teachers]).mean(dim=0)
+        adv = self.reverse_coef * torch.stack([mopd(scores[k], batch.behavior_BT, mask) for k in teachers]).mean(dim=0)
         if self.outcome_coef > 0:
             keep, out_B = batch.baseline_B, torch.zeros_like(rewards_B)
             if keep.any():
