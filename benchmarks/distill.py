@@ -41,7 +41,9 @@ ALGOS = {"grpo": GRPO, "mopd": [MOPD, "rl.truncation=keep"], "mopd_mask": [MOPD]
          # plus the forward KL to the teacher's top-16 distribution at every token (GKD, beta 0)
          "mopd_support": [MOPD, "rl.truncation=keep", "rl.algorithm.support=16"],
          # that forward KL alone, without the sampled-token (reverse-KL) term
-         "mopd_forward": [MOPD, "rl.truncation=keep", "rl.algorithm.support=16", "rl.algorithm.reverse_coef=0"]}
+         "mopd_forward": [MOPD, "rl.truncation=keep", "rl.algorithm.support=16", "rl.algorithm.reverse_coef=0"],
+         # distil only the turns up to each trajectory's first failed action
+         "mopd_until_error": [MOPD, "rl.truncation=keep", "rl.algorithm.until_error=true"]}
 
 
 def _train(a, args: list[str]) -> None:

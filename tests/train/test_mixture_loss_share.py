@@ -27,7 +27,7 @@ def _batch(lengths: list[int], weights: list[float]) -> Batch:
                  behavior_BT=torch.zeros(B, T), version_BT=long, group_B=torch.arange(B),
                  baseline_B=torch.ones(B, dtype=torch.bool), reward_B=torch.zeros(B),
                  truncated_B=torch.zeros(B, dtype=torch.bool), length_B=torch.tensor(lengths), turn_BT=long,
-                 state_BS=torch.zeros(B, 1, dtype=torch.long), trajectory_ids=[str(i) for i in range(B)])
+                 state_BS=torch.zeros(B, 1, dtype=torch.long), failed_BS=torch.zeros(B, 1, dtype=torch.bool), trajectory_ids=[str(i) for i in range(B)])
 
 
 def _router(share: str) -> EnvRouter:

@@ -22,7 +22,7 @@ def make_batch(rows: list[tuple[list[int], list[int]]], pad: int = 0) -> Batch:
     return Batch(ids_BT=ids, attn_BT=attn, action_BT=action, weight_B=torch.ones(B), behavior_BT=torch.zeros((B, T)),
                  version_BT=torch.zeros((B, T), dtype=torch.long), group_B=torch.arange(B), baseline_B=torch.ones(B, dtype=torch.bool),
                  reward_B=zeros, truncated_B=zeros.bool(), length_B=attn.sum(1), turn_BT=torch.zeros((B, T), dtype=torch.long),
-                 state_BS=torch.zeros((B, 1), dtype=torch.long), trajectory_ids=[str(i) for i in range(B)])
+                 state_BS=torch.zeros((B, 1), dtype=torch.long), failed_BS=torch.zeros((B, 1), dtype=torch.bool), trajectory_ids=[str(i) for i in range(B)])
 
 
 def grouped_batch(vocab: int, seed: int = 0, system: int = 0) -> Batch:

@@ -15,7 +15,9 @@ stays 1); `keep` trains it as scored.
 Turns: the k-th ACTION span of a trajectory is its turn k; `turn_BT` gives each action token its
 turn (−1 elsewhere) and `state_BS` the environment state the policy saw when it took that turn (the
 initial state for turn 0, then the `state_hash` recorded after each step), as dense ids shared by
-the whole batch — the anchor states of step-level credit (GiGPO).
+the whole batch — the anchor states of step-level credit (GiGPO). `failed_BS` marks the turns whose
+observation reported a failed action or tool call (a span `tool_status` other than `ok`): where a
+trajectory left the error-free path (MOPD's `until_error`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Batch:
     length_B: torch.Tensor  # long, tokens in the episode
     turn_BT: torch.Tensor  # long, index of the policy turn of each ACTION token, -1 elsewhere
     state_BS: torch.Tensor  # long, dense id of the state each turn was taken in, -1 past the last turn
+    failed_BS: torch.Tensor  # bool, the observation after the turn reported a failure (tool_status not ok)
     trajectory_ids: list[str]
 
     @property
@@ -112,6 +115,7 @@ def collate(trajs: Sequence[Trajectory], *, pad_id: int, truncation: str = "mask
     version = torch.full((B, T), -1, dtype=torch.long)
     turn = torch.full((B, T), -1, dtype=torch.long)
     state = torch.full((B, S), -1, dtype=torch.long)
+    failed = torch.zeros((B, S), dtype=torch.bool)
     state_ids: dict[str, int] = {}
     group_ids: dict[str, int] = {}
     for i, t in enumerate(trajs):
@@ -128,6 +132,8 @@ def collate(trajs: Sequence[Trajectory], *, pad_id: int, truncation: str = "mask
             if span.kind == "action":
                 turn[i, span.start:span.end] = k
                 k += 1
+            elif span.kind == "observation" and k > 0 and span.tool_status not in (None, "ok"):
+                failed[i, k - 1] = True
         for s, h in enumerate(states[i]):
             state[i, s] = state_ids.setdefault(h, len(state_ids))
         group_ids.setdefault(t.group_id, len(group_ids))
@@ -141,4 +147,5 @@ def collate(trajs: Sequence[Trajectory], *, pad_id: int, truncation: str = "mask
                  group_B=torch.tensor([group_ids[t.group_id] for t in trajs], dtype=torch.long),
                  baseline_B=torch.tensor([t.trainable for t in trajs]), reward_B=reward, truncated_B=truncated,
                  length_B=torch.tensor([len(t) for t in trajs], dtype=torch.long), turn_BT=turn, state_BS=state,
+                 failed_BS=failed,
                  trajectory_ids=[t.trajectory_id for t in trajs])
