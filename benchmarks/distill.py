@@ -42,8 +42,8 @@ ALGOS = {"grpo": GRPO, "mopd": [MOPD, "rl.truncation=keep"], "mopd_mask": [MOPD]
          "mopd_support": [MOPD, "rl.truncation=keep", "rl.algorithm.support=16"],
          # that forward KL alone, without the sampled-token (reverse-KL) term
          "mopd_forward": [MOPD, "rl.truncation=keep", "rl.algorithm.support=16", "rl.algorithm.reverse_coef=0"],
-         # distil only the turns up to each trajectory's first failed action
-         "mopd_until_error": [MOPD, "rl.truncation=keep", "rl.algorithm.until_error=true"]}
+         # distil only the turns up to each trajectory's first failed action (after_error 0)
+         "mopd_error_free": [MOPD, "rl.truncation=keep", "rl.algorithm.after_error=0"]}
 
 
 def _train(a, args: list[str]) -> None:

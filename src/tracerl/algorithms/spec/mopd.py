@@ -14,11 +14,12 @@ tokens, p̂_T its top-K distribution renormalised, times `support_coef`. The sam
 says only that this token was worse or better than the teacher would have it; the support tells the
 student which tokens the teacher would have written, at every position, from one sample.
 
-`until_error: true` distils only the turns up to and including each trajectory's first failed action
-(`Batch.failed_BS`: the observation reported an error); later tokens leave the loss. On text_world the
-student's states after its first error held ~73 % of the action tokens and most of the KL, and in a
-tiny student the gradient that fits them pointed against the first turn's (cosine −0.13): every
-distillation variant fell from 0.235 to ≤ 0.035 held-out within 2 steps (docs/algorithms.md).
+`after_error: w` weighs every term at the tokens after each trajectory's first failed action
+(`Batch.failed_BS`: the observation reported an error) by w; 0 distils the error-free path only (the
+failed action itself included). On text_world the student's states after its first error held 73 % of
+the action tokens and 83 % of the forward KL, and a step on the whole batch raised the first turn's KL
+while lowering the rest: plain distillation fell from 0.235 to 0.035 held-out in 2 updates, with w = 0
+it did not fall (docs/distillation.md).
 
 Departure: with several teachers every trajectory is distilled towards their mean log-prob; the
 reports route each task to its domain's teacher. Metrics: `mopd/reverse_kl/<teacher>`, the token mean
@@ -59,9 +60,9 @@ class MOPD(Algorithm):
     paper's loss on the sampled token only. Costs a `[B, T, K]` tensor per teacher."""
     support_coef: float = Field(1.0, ge=0)
     """Weight of the top-K forward KL term (with `support` > 0)."""
-    until_error: bool = False
-    """Distil only each trajectory's turns up to and including its first failed action (an observation
-    with a tool status other than ok); the tokens after it leave every term of the loss."""
+    after_error: float = Field(1.0, ge=0, le=1)
+    """Weight of the tokens after each trajectory's first failed action (an observation whose tool status is
+    not ok), in every term of the loss: 1 trains every token (the paper's loss), 0 the error-free path only."""
 
     @model_validator(mode="after")
     def _own_loss(self) -> MOPD:
@@ -69,7 +70,7 @@ class MOPD(Algorithm):
                                                  "correction", "nll", "entropy"})
         if unused:
             raise ValueError(f"mopd trains with its ratio-band distillation loss, so {', '.join(unused)} would have no "
-                             "effect; remove them (ratio_low, ratio_high, outcome_coef, reverse_coef, support, until_error, kl and aggregation apply)")
+                             "effect; remove them (ratio_low, ratio_high, outcome_coef, reverse_coef, support, after_error, kl and aggregation apply)")
         return self
 
     @model_validator(mode="after")
@@ -103,7 +104,8 @@ class MOPD(Algorithm):
 
     def advantages(self, batch: Batch, rewards_B: torch.Tensor, scores: dict[str, torch.Tensor]
                    ) -> tuple[torch.Tensor, dict[str, float]]:
-        mask = self._path_mask(batch)
+        weight = self._token_weight(batch)
+        mask = batch.mask_BT * (weight > 0)
         teachers = _teachers(scores)
         if not teachers:
             raise ValueError("mopd needs teacher log-probs but the trainer holds no teacher role")
@@ -118,8 +120,10 @@ class MOPD(Algorithm):
             if keep.any():
                 out_B[keep] = grpo(rewards_B[keep], batch.group_B[keep]).to(out_B.dtype)
             adv = adv + self.outcome_coef * out_B[:, None] * mask
-        if self.until_error:
-            stats["mopd/until_error_frac"] = float(mask.sum() / batch.mask_BT.sum().clamp_min(1))
+        adv = adv * weight if self.after_error < 1 else adv
+        if self.after_error < 1:  # the share of the action tokens past a trajectory's first failure
+            after = (batch.mask_BT > 0) & (weight != batch.mask_BT)
+            stats["mopd/after_error_frac"] = float(after.sum() / (batch.mask_BT > 0).sum().clamp_min(1))
         sel = mask > 0
         if sel.any():
             stats |= {"adv/mean": float(adv[sel].mean()), "adv/std": float(adv[sel].std(unbiased=False)),
@@ -130,12 +134,13 @@ class MOPD(Algorithm):
              rewards_B: torch.Tensor, ctx: StepContext) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         # mopd_loss takes its advantage as teacher − current log-prob; handing it current + adv_BT as the
         # "teacher" makes that advantage exactly adv_BT (fixed from the behaviour policy, outcome term included)
-        target, mask = out.logprobs_BT.detach() + adv_BT, self._path_mask(mb)
+        weight = self._token_weight(mb)
+        target, mask = out.logprobs_BT.detach() + adv_BT, mb.mask_BT * (weight > 0)
         loss, s = mopd_loss(out.logprobs_BT, mb.behavior_BT, target, mask, ratio_low=self.ratio_low,
                             ratio_high=self.ratio_high, aggregation=self.aggregation, max_len=ctx.max_tokens)
         stats = {"pg_loss": loss.detach(), "mopd_kept_frac": s["kept_frac"]}
         if self.support:
-            kl = self._support_kl(mb, mask, out, scores, ctx)
+            kl = self._support_kl(mb, weight, out, scores, ctx)
             loss, stats = loss + self.support_coef * kl, {**stats, "mopd_support_kl": kl.detach()}
         if self.kl.coef > 0:
             kl, s = kl_loss(out.full_logprobs_BT, scores["reference"], mask, estimator=self.kl.estimator,
@@ -143,19 +148,21 @@ class MOPD(Algorithm):
             loss, stats = loss + kl, {**stats, **s}
         return loss, stats
 
-    def _path_mask(self, b: Batch) -> torch.Tensor:
-        """`mask_BT`, with `until_error` cut after each row's first failed turn."""
-        if not self.until_error:
+    def _token_weight(self, b: Batch) -> torch.Tensor:
+        """`mask_BT`, times `after_error` at the tokens of the turns after each row's first failed one."""
+        if self.after_error == 1:
             return b.mask_BT
         S = b.failed_BS.shape[1]
         turn_S = torch.arange(S, device=b.failed_BS.device).expand_as(b.failed_BS)
         first_B = torch.where(b.failed_BS, turn_S, torch.full_like(turn_S, S)).min(dim=1).values
-        return b.mask_BT * ((b.turn_BT >= 0) & (b.turn_BT <= first_B[:, None])).to(b.mask_BT.dtype)
+        after = b.turn_BT > first_B[:, None]
+        return b.mask_BT * torch.where(after, torch.full_like(b.mask_BT, self.after_error), torch.ones_like(b.mask_BT))
 
-    def _support_kl(self, mb: Batch, mask_BT: torch.Tensor, out: PolicyOutput, scores: dict[str, torch.Tensor],
+    def _support_kl(self, mb: Batch, weight_BT: torch.Tensor, out: PolicyOutput, scores: dict[str, torch.Tensor],
                     ctx: StepContext) -> torch.Tensor:
-        """Mean over teachers of the aggregated top-K forward KL, over the tokens the ratio band keeps."""
-        mask = mask_BT > 0
+        """Mean over teachers of the aggregated top-K forward KL, each token weighted, over the tokens the
+        ratio band keeps."""
+        mask = weight_BT > 0
         ratio = torch.exp(out.logprobs_BT.detach() - mb.behavior_BT)
         keep = mask & (ratio >= self.ratio_low) & (ratio <= self.ratio_high)
         terms, at = [], 0
@@ -165,7 +172,8 @@ class MOPD(Algorithm):
             q = t_lp - torch.logsumexp(t_lp, dim=-1, keepdim=True)  # the teacher's top K, renormalised
             s_lp = out.support_logprobs_BTK[..., at:at + K]
             kl = (q.exp() * (q - s_lp)).sum(dim=-1)
-            terms.append(aggregate(torch.where(keep, kl, torch.zeros_like(kl)), keep, self.aggregation, ctx.max_tokens))
+            terms.append(aggregate(torch.where(keep, kl * weight_BT, torch.zeros_like(kl)), keep, self.aggregation,
+                                   ctx.max_tokens))
             at += K
         return torch.stack(terms).mean()
 
