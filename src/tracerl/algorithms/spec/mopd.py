@@ -17,9 +17,9 @@ student which tokens the teacher would have written, at every position, from one
 `after_error: w` weighs every term at the tokens after each trajectory's first failed action
 (`Batch.failed_BS`: the observation reported an error) by w; 0 distils the error-free path only (the
 failed action itself included). On text_world the student's states after its first error held 73 % of
-the action tokens and 83 % of the forward KL, and a step on the whole batch raised the first turn's KL
-while lowering the rest: plain distillation fell from 0.235 to 0.035 held-out in 2 updates, with w = 0
-it did not fall (docs/distillation.md).
+the action tokens and 95 % of the forward KL, and a step on the whole batch raised the first turn's KL
+while lowering the rest: plain distillation fell from 0.235 to 0.010 held-out in 2 updates; with w = 0
+at lr 1.5e-4 it did not fall, though it stalled below GRPO (docs/distillation.md).
 
 Departure: with several teachers every trajectory is distilled towards their mean log-prob; the
 reports route each task to its domain's teacher. Metrics: `mopd/reverse_kl/<teacher>`, the token mean
