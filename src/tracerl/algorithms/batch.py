@@ -17,7 +17,7 @@ turn (−1 elsewhere) and `state_BS` the environment state the policy saw when i
 initial state for turn 0, then the `state_hash` recorded after each step), as dense ids shared by
 the whole batch — the anchor states of step-level credit (GiGPO). `failed_BS` marks the turns whose
 observation reported a failed action or tool call (a span `tool_status` other than `ok`): where a
-trajectory left the error-free path (MOPD's `until_error`).
+trajectory left the error-free path (MOPD's `after_error`).
 """
 
 from __future__ import annotations
