@@ -120,8 +120,8 @@ class MOPD(Algorithm):
             if keep.any():
                 out_B[keep] = grpo(rewards_B[keep], batch.group_B[keep]).to(out_B.dtype)
             adv = adv + self.outcome_coef * out_B[:, None] * mask
-        adv = adv * weight if self.after_error < 1 else adv
-        if self.after_error < 1:  # the share of the action tokens past a trajectory's first failure
+        if self.after_error < 1:  # weigh the tokens past a trajectory's first failure; report their share
+            adv = adv * weight
             after = (batch.mask_BT > 0) & (weight != batch.mask_BT)
             stats["mopd/after_error_frac"] = float(after.sum() / (batch.mask_BT > 0).sum().clamp_min(1))
         sel = mask > 0
