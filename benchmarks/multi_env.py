@@ -96,13 +96,24 @@ def table(rows: list[dict]) -> str:
         for d in DOMAINS:
             if f"only-{d}" in means:
                 gap = means[mix][d] - means[f"only-{d}"][d]
-                lines.append(f"{mix} vs only-{d} on {d}: {gap:+.3f}")
+                lines.append(f"{mix} vs only-{d} on {d}: {gap:+.3f}{_paired(rows, mix, f'only-{d}', d)}")
     cascades = {n: sum(m.values()) / len(DOMAINS) for n, m in means.items() if n.startswith("cascade-")}
     if cascades:
         best = max(cascades, key=cascades.get)
         lines.append(f"best cascade order: {best} (mean {cascades[best]:.3f}; others "
                      + ", ".join(f"{n} {v:.3f}" for n, v in cascades.items() if n != best) + ")")
     return "\n".join(lines)
+
+
+def _paired(rows: list[dict], a: str, b: str, domain: str) -> str:
+    """Per-seed gaps a − b on `domain` over the seeds both ran, and their standard error."""
+    by = {(r["contender"], r["seed"]): r[domain] for r in rows}
+    gaps = [by[a, s] - by[b, s] for (name, s) in by if name == a and (b, s) in by]
+    if len(gaps) < 2:
+        return ""
+    mean = sum(gaps) / len(gaps)
+    se = (sum((g - mean) ** 2 for g in gaps) / (len(gaps) - 1) / len(gaps)) ** 0.5
+    return f" (paired over {len(gaps)} seeds: {mean:+.3f} ± {se:.3f} SE; per seed " + " / ".join(f"{g:+.3f}" for g in gaps) + ")"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,12 +124,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group", type=int, default=8, help="rollouts per task (G)")
     p.add_argument("--preset", choices=list(PRESETS), default="default")
     p.add_argument("--only", nargs="+", help="run only these contenders (names as in the table)")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="extra overrides for the SFT start and every contender (e.g. a larger held-out set for one "
+                        "domain: envs.0.heldout_tasks=240 envs.0.eval_tasks=240)")
     p.add_argument("--root", default="runs/bench-multi-env")
     p.add_argument("--from-runs", metavar="ROOT", help="tabulate the finished runs under ROOT instead of running")
     args = p.parse_args(argv)
     root = Path(args.from_runs or args.root)
     if not args.from_runs:
-        sizes = [*PRESETS[args.preset], *COMMON, f"rl.prompts_per_step={args.prompts}", f"rl.group_size={args.group}"]
+        sizes = [*PRESETS[args.preset], *COMMON, f"rl.prompts_per_step={args.prompts}", f"rl.group_size={args.group}", *args.set]
         sft = root / "sft"
         if not (sft / "checkpoints" / "step_0").exists():
             _train([f"run.dir={sft}", *sizes, "stages=[sft]"])

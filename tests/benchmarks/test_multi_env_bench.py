@@ -39,3 +39,16 @@ def test_table_reports_the_gap_and_the_best_cascade():
     out = bench.table(rows)
     assert "mixture vs only-math_tool on math_tool: -0.020" in out
     assert "best cascade order: cascade-search-code-math (mean 0.333" in out
+
+
+def test_paired_gap_and_its_standard_error_by_hand():
+    def row(name, seed, m):
+        return {"contender": name, "seed": seed, "math_tool": m, "code_tests": 0.0, "search_qa": 0.0,
+                **{f"start/{d}": 0.1 for d in bench.DOMAINS}}
+
+    # gaps per seed: -0.10, 0.00, +0.04 -> mean -0.02; sample var (0.0064 + 0.0004 + 0.0036) / 2 = 0.0052;
+    # SE = sqrt(0.0052 / 3) = 0.0416; seed 3 has no only-math_tool run and is left out of the pairing
+    rows = [row("mixture", 0, 0.30), row("only-math_tool", 0, 0.40), row("mixture", 1, 0.25), row("only-math_tool", 1, 0.25),
+            row("mixture", 2, 0.44), row("only-math_tool", 2, 0.40), row("mixture", 3, 0.9)]
+    out = bench.table(rows)
+    assert "(paired over 3 seeds: -0.020 ± 0.042 SE; per seed -0.100 / +0.000 / +0.040)" in out
