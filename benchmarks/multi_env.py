@@ -10,6 +10,7 @@ demonstrations split equally) is trained first into <root>/sft. Every contender 
 (`model.path`), runs stages eval → rl → eval, and gives each domain the same RL budget: S steps of P
 tasks × G rollouts.
   * mixture:   3·S steps, every batch a third of each domain (envs shares 1:1:1);
+  * mixture-joint: S steps of 3·P tasks — each step is every domain's P-task batch, one update over all;
   * mixture-episodes: the same with `mixture.loss_share: episodes` (each domain's share of the loss is its
     share of the episodes, not of the action tokens);
   * mixture-alternate: the same with `mixture.schedule: alternate` (every batch one domain, in turns);
@@ -43,8 +44,10 @@ COMMON = ["run.threads=1", "run.progress=false", "rl.eval_every=0", "rl.checkpoi
 CASCADES = (("math_tool", "code_tests", "search_qa"), ("search_qa", "code_tests", "math_tool"))
 
 
-def contenders(steps: int, cascades=CASCADES) -> dict[str, list[str]]:
+def contenders(steps: int, prompts: int = 12, cascades=CASCADES) -> dict[str, list[str]]:
     out = {"mixture": [f"rl.steps={3 * steps}"],
+           # S steps of 3·P tasks: every step holds each domain's whole P-task batch, one update over all three
+           "mixture-joint": [f"rl.steps={steps}", f"rl.prompts_per_step={3 * prompts}"],
            # each domain's share of the loss = its share of the episodes, not of the tokens (code's are long)
            "mixture-episodes": [f"rl.steps={3 * steps}", "mixture.loss_share=episodes"],
            # every batch one domain, in turns: each domain's update is normalised over its own tokens
@@ -92,7 +95,7 @@ def table(rows: list[dict]) -> str:
         means[name] = {d: sum(r[d] for r in mine) / len(mine) for d in DOMAINS}
         lines.append(f"{name:<26} mean over {len(mine)} seeds: " + ", ".join(f"{d} {v:.3f}" for d, v in means[name].items())
                      + f"; all {sum(means[name].values()) / len(DOMAINS):.3f}")
-    for mix in (m for m in ("mixture", "mixture-episodes", "mixture-alternate") if m in means):
+    for mix in (m for m in ("mixture", "mixture-joint", "mixture-episodes", "mixture-alternate") if m in means):
         for d in DOMAINS:
             if f"only-{d}" in means:
                 gap = means[mix][d] - means[f"only-{d}"][d]
@@ -137,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (sft / "checkpoints" / "step_0").exists():
             _train([f"run.dir={sft}", *sizes, "stages=[sft]"])
         for seed in args.seeds:
-            for name, overrides in contenders(args.steps).items():
+            for name, overrides in contenders(args.steps, args.prompts).items():
                 where = root / f"{name}-s{seed}"
                 if (args.only and name not in args.only) or _finished(where):
                     continue

@@ -16,7 +16,7 @@ sys.modules["bench_multi_env"] = bench
 _spec.loader.exec_module(bench)
 
 
-@pytest.mark.parametrize("name, overrides", list(bench.contenders(steps=3).items()))
+@pytest.mark.parametrize("name, overrides", list(bench.contenders(steps=3, prompts=6).items()))
 def test_every_contender_gives_each_trained_domain_s_times_p_tasks(name, overrides):
     recipe = load_recipe("multi_env", [*bench.PRESETS["small"], *bench.COMMON, "rl.prompts_per_step=6", *overrides,
                                        "stages=[eval,rl,eval]", "model.path=/nonexistent"])
