@@ -11,6 +11,7 @@ demonstrations split equally) is trained first into <root>/sft. Every contender 
 tasks × G rollouts.
   * mixture:   3·S steps, every batch a third of each domain (envs shares 1:1:1);
   * mixture-joint: S steps of 3·P tasks — each step is every domain's P-task batch, one update over all;
+  * mixture-joint-episodes: the same with `mixture.loss_share: episodes`;
   * mixture-episodes: the same with `mixture.loss_share: episodes` (each domain's share of the loss is its
     share of the episodes, not of the action tokens);
   * mixture-alternate: the same with `mixture.schedule: alternate` (every batch one domain, in turns);
@@ -48,6 +49,10 @@ def contenders(steps: int, prompts: int = 12, cascades=CASCADES) -> dict[str, li
     out = {"mixture": [f"rl.steps={3 * steps}"],
            # S steps of 3·P tasks: every step holds each domain's whole P-task batch, one update over all three
            "mixture-joint": [f"rl.steps={steps}", f"rl.prompts_per_step={3 * prompts}"],
+           # the same, each domain a third of the loss (under token aggregation search_qa's short episodes hold
+           # under a tenth of the action tokens)
+           "mixture-joint-episodes": [f"rl.steps={steps}", f"rl.prompts_per_step={3 * prompts}",
+                                      "mixture.loss_share=episodes"],
            # each domain's share of the loss = its share of the episodes, not of the tokens (code's are long)
            "mixture-episodes": [f"rl.steps={3 * steps}", "mixture.loss_share=episodes"],
            # every batch one domain, in turns: each domain's update is normalised over its own tokens
@@ -95,7 +100,8 @@ def table(rows: list[dict]) -> str:
         means[name] = {d: sum(r[d] for r in mine) / len(mine) for d in DOMAINS}
         lines.append(f"{name:<26} mean over {len(mine)} seeds: " + ", ".join(f"{d} {v:.3f}" for d, v in means[name].items())
                      + f"; all {sum(means[name].values()) / len(DOMAINS):.3f}")
-    for mix in (m for m in ("mixture", "mixture-joint", "mixture-episodes", "mixture-alternate") if m in means):
+    for mix in (m for m in ("mixture", "mixture-joint", "mixture-joint-episodes", "mixture-episodes",
+                                             "mixture-alternate") if m in means):
         for d in DOMAINS:
             if f"only-{d}" in means:
                 gap = means[mix][d] - means[f"only-{d}"][d]
