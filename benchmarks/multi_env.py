@@ -11,10 +11,10 @@ demonstrations split equally) is trained first into <root>/sft. Every contender 
 tasks × G rollouts.
   * mixture:   3·S steps, every batch a third of each domain (envs shares 1:1:1);
   * mixture-joint: S steps of 3·P tasks — each step is every domain's P-task batch, one update over all;
-  * mixture-joint-episodes: the same with `mixture.loss_share: episodes`;
-  * mixture-episodes: the same with `mixture.loss_share: episodes` (each domain's share of the loss is its
+  * mixture-joint-episodes: the joint schedule with `mixture.loss_share: episodes`;
+  * mixture-episodes: the mixture with `mixture.loss_share: episodes` (each domain's share of the loss is its
     share of the episodes, not of the action tokens);
-  * mixture-alternate: the same with `mixture.schedule: alternate` (every batch one domain, in turns);
+  * mixture-alternate: the mixture with `mixture.schedule: alternate` (every batch one domain, in turns);
   * cascade-A-B-C: three RL stages of S steps, one domain each, in that order (optimizer reset at
     each boundary, as Nemotron-Cascade does);
   * only-X:    S steps on domain X alone (the other domains are still evaluated: forgetting shows).
@@ -101,7 +101,7 @@ def table(rows: list[dict]) -> str:
         lines.append(f"{name:<26} mean over {len(mine)} seeds: " + ", ".join(f"{d} {v:.3f}" for d, v in means[name].items())
                      + f"; all {sum(means[name].values()) / len(DOMAINS):.3f}")
     for mix in (m for m in ("mixture", "mixture-joint", "mixture-joint-episodes", "mixture-episodes",
-                                             "mixture-alternate") if m in means):
+                                   "mixture-alternate") if m in means):
         for d in DOMAINS:
             if f"only-{d}" in means:
                 gap = means[mix][d] - means[f"only-{d}"][d]
