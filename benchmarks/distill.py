@@ -11,7 +11,8 @@ from it, `<l2>/sN/grpo-seedS/checkpoints/step_*` (the teacher; same tokenizer). 
 teacher and the start, then trains `grpo` and `mopd` (pure distillation, `roles.teachers` = that
 teacher) from the start with the default recipe's sizes (or `--recipe`'s, with `--start` / `--teacher` naming
 any student start and teacher per seed: they must share a tokenizer), `--steps` RL steps, a held-out evaluation every
-`--every` steps and at the end. All evaluations use one cheaper protocol (`--eval-tasks` × `--eval-samples`,
+`--every` steps and at the end. `--tag T` names a variant's rows `<algo>@T` (its `--set` overrides apply to them),
+so rows at other learning rates or sizes join one root and one table. All evaluations use one cheaper protocol (`--eval-tasks` × `--eval-samples`,
 the same tasks and seeds for every model of a seed). A row's steps-to-target is the first evaluated step
 whose held-out success is ≥ `--frac` × the teacher's; "—" if none. Finished runs are not rerun; an
 unfinished one is moved aside (`<dir>.unfinished`) and started again; `--from-runs` shows unfinished
@@ -120,17 +121,22 @@ def collect(root: Path, frac: float) -> dict:
         except FileNotFoundError:
             continue
         row = {"teacher": teacher, "start": start, "target": frac * teacher}
-        for algo in ALGOS:  # an unfinished run (stopped early) is shown with the evaluations it got to
-            if (sd / algo / "summary.json").exists():
-                pts = [(0, start)] + curve(sd / algo)
-                row[algo] = {"curve": pts, "steps_to_target": first_at(pts, frac * teacher),
-                             "finished": finished(sd / algo)}
+        for name in rows(sd):  # an unfinished run (stopped early) is shown with the evaluations it got to
+            pts = [(0, start)] + curve(sd / name)
+            row[name] = {"curve": pts, "steps_to_target": first_at(pts, frac * teacher), "finished": finished(sd / name)}
         out[seed] = row
     return out
 
 
+def rows(seed_dir: Path) -> list[str]:
+    """The row directories of a seed: each algorithm's, then its tagged variants (`<algo>@<tag>`)."""
+    found = {d.name for d in seed_dir.iterdir() if (d / "summary.json").exists() and d.name.split("@")[0] in ALGOS}
+    return sorted(found, key=lambda n: (list(ALGOS).index(n.split("@")[0]), n))
+
+
 def table(res: dict, frac: float) -> str:
-    algos = [a for a in ALGOS if any(a in r for r in res.values())]
+    algos = sorted({a for r in res.values() for a in r if a in ALGOS or a.split("@")[0] in ALGOS},
+                   key=lambda n: (list(ALGOS).index(n.split("@")[0]), n))
     lines = [f"seed  teacher  start  target({frac:.0%})  " + "  ".join(f"{a + ' steps':>15}" for a in algos)]
     for seed, r in sorted(res.items()):
         cells = [(("—" if r[a]["steps_to_target"] is None else str(r[a]["steps_to_target"]))
@@ -142,7 +148,7 @@ def table(res: dict, frac: float) -> str:
     for seed, r in sorted(res.items()):
         for a in algos:
             if a in r:
-                lines.append(f"  seed {seed} {a:<12} " + " ".join(f"{s}:{v:.3f}" for s, v in r[a]["curve"])
+                lines.append(f"  seed {seed} {a:<{max(12, *map(len, algos))}} " + " ".join(f"{s}:{v:.3f}" for s, v in r[a]["curve"])
                              + ("" if r[a]["finished"] else "  (unfinished)"))
     for a in algos:
         finals = [r[a]["curve"][-1][1] for r in res.values() if a in r and r[a]["finished"]]
@@ -166,6 +172,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16, help="rl.prompts_per_step (group size stays 8)")
     ap.add_argument("--eval-tasks", type=int, default=100)
     ap.add_argument("--eval-samples", type=int, default=2)
+    ap.add_argument("--tag", default="", help="name this variant's rows <algo>@TAG (with its --set overrides)")
     ap.add_argument("--frac", type=float, default=0.9, help="target: this fraction of the teacher's held-out success")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--root", default="runs/bench-distill")
@@ -184,8 +191,9 @@ def main() -> None:
         s = evaluate(a, seed, start, sd / "start-eval")
         print(f"seed {seed}: teacher {teacher} held-out {t:.3f}; start {s:.3f}; target {a.frac * t:.3f}", flush=True)
         for algo in a.algos:
-            run_algo(a, seed, algo, start, teacher, sd / algo)
-            print(f"seed {seed} {algo}: {curve(sd / algo)}", flush=True)
+            row = sd / (f"{algo}@{a.tag}" if a.tag else algo)
+            run_algo(a, seed, algo, start, teacher, row)
+            print(f"seed {seed} {row.name}: {curve(row)}", flush=True)
     print(table(collect(root, a.frac), a.frac))
 
 

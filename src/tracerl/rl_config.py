@@ -62,7 +62,12 @@ class RLConfig(_Cfg):
     """The RL algorithm: `name` (grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, dapo, ...) and its
     parameters (clip, aggregation, kl, entropy, correction, shaping, selection); `tracerl algorithms` lists them."""
     lr: float = Field(5e-4, gt=0)
-    """Learning rate (AdamW, constant after warm-up)."""
+    """Peak learning rate (AdamW, reached after a 3-step warm-up)."""
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    """After the warm-up: constant, or cosine decay towards `min_lr_ratio` × `lr` over `rl.steps` (veRL's
+    `lr_scheduler_type: cosine`; a loss with a fixed target, such as distillation, settles nearer it as it decays)."""
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    """With `lr_schedule: cosine`, the fraction of `lr` left at the last step."""
     minibatches: int = Field(2, ge=1)
     """Optimizer steps per batch of rollouts (PPO-style, on the same rollouts)."""
     whole_groups: bool = False
@@ -112,6 +117,16 @@ class RLConfig(_Cfg):
         elif self.algorithm.dynamic_sampling or self.algorithm.clip_cov is not None or self.algorithm.kl_cov is not None:
             raise ValueError("rl.mode: async trains with the decoupled surrogate and fixed-size batches; it does not "
                              "combine with dynamic_sampling, clip_cov or kl_cov (use rl.mode: sync)")
+        return self
+
+    @model_validator(mode="after")
+    def _schedule_is_used(self) -> RLConfig:
+        if self.lr_schedule == "constant" and self.min_lr_ratio != 0.1:  # by value: a resolved config round-trips
+            raise ValueError("rl.min_lr_ratio applies only with rl.lr_schedule: cosine; set rl.lr_schedule=cosine or "
+                             "remove rl.min_lr_ratio")
+        if self.lr_schedule == "cosine" and any(st.reset_optimizer for st in self.stages):
+            raise ValueError("rl.lr_schedule: cosine decays over the whole run, and a stage's reset_optimizer would "
+                             "restart it; use rl.lr_schedule: constant with reset_optimizer, or drop reset_optimizer")
         return self
 
     @model_validator(mode="after")

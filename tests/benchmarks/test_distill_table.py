@@ -53,3 +53,21 @@ def test_the_grpo_row_trains_grpo_under_any_recipe():
     under_mopd = load_recipe("mopd", ALGOS["grpo"])
     assert under_mopd.rl.algorithm.name == "grpo" and under_mopd.rl.truncation == "mask"
     assert not under_mopd.roles.teachers
+
+
+def test_tagged_variants_are_rows_of_their_own(tmp_path):
+    sd = tmp_path / "seed0"
+    _eval(sd / "teacher-eval", 0.50)
+    _eval(sd / "start-eval", 0.10)
+    _run(sd / "grpo", {3: 0.20}, 6, 0.30)
+    _run(sd / "mopd_forward@mb8", {3: 0.46}, 6, 0.48)  # target 0.45: first reached at step 3
+    _run(sd / "mopd_forward", {3: 0.40}, 6, 0.44)      # the untagged row never reaches it
+    (sd / "notes").mkdir()                              # a directory that is no row is left out
+    res = collect(tmp_path, 0.9)
+    assert sorted(k for k in res[0] if k not in ("teacher", "start", "target")) == ["grpo", "mopd_forward",
+                                                                                     "mopd_forward@mb8"]
+    assert res[0]["mopd_forward@mb8"]["steps_to_target"] == 3 and res[0]["mopd_forward"]["steps_to_target"] is None
+    assert res[0]["grpo"]["steps_to_target"] is None
+    text = table(res, 0.9)
+    assert "seed 0 mopd_forward@mb8 0:0.100 3:0.460 6:0.480" in text
+    assert text.index("mopd_forward ") < text.index("mopd_forward@mb8")  # each algorithm, then its variants

@@ -32,7 +32,7 @@ from torch.distributed.tensor import DTensor
 from tracerl.algorithms.batch import Batch
 from tracerl.algorithms.losses.corrections import effective_sample_size
 from tracerl.algorithms.spec import Algorithm, PolicyOutput, StepContext
-from tracerl.train.optim import make_optimizer, warmup_constant
+from tracerl.train.optim import make_optimizer, rl_schedule
 from tracerl.train.roles import score_actions
 from tracerl.train.update import minibatch_scale
 
@@ -56,7 +56,7 @@ class ShardedPolicy:
     """One rank's share of the policy: FSDP2 over `mesh`, each decoder layer its own unit; the
     AdamW optimizer and warm-up schedule of the single-process `PolicyRole`, on the shards."""
 
-    def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, mesh):
+    def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, mesh, schedule: dict | None = None):
         self.max_grad_norm = max_grad_norm
         self.names = [n for n, _ in model.named_parameters()]  # the single-process optimizer's parameter order
         self.scorer = _Scorer(model, {k: sampling[k] for k in ("temperature", "top_p", "top_k", "share_prefix") if k in sampling})
@@ -65,7 +65,7 @@ class ShardedPolicy:
             fully_shard(layer, mesh=mesh)
         fully_shard(self.scorer, mesh=mesh)
         self.optimizer = make_optimizer(self.scorer, lr)
-        self.scheduler = warmup_constant(self.optimizer, warmup=3)
+        self.scheduler = rl_schedule(self.optimizer, schedule)
 
     def score(self, batch: Batch) -> PolicyOutput:
         lp, full, ent = self.scorer(batch)

@@ -56,7 +56,7 @@ class _Rank:
     def handle(self, op: str, kw: dict):
         if op == "build":
             self.policy = ShardedPolicy(kw["model"], lr=kw["lr"], max_grad_norm=kw["max_grad_norm"],
-                                        sampling=kw["sampling"], mesh=self.mesh)
+                                        sampling=kw["sampling"], mesh=self.mesh, schedule=kw.get("schedule"))
             if kw.get("state"):
                 self.policy.load_state_dict(kw["state"])
             return None
@@ -139,11 +139,12 @@ class ShardedPolicyRole:
     optimizer and schedule live on the ranks."""
 
     def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, state: dict | None = None,
-                 ranks: int, threads: int, share_prefix: bool = True):
+                 ranks: int, threads: int, share_prefix: bool = True, schedule: dict | None = None):
         self.model, self.max_grad_norm = model, max_grad_norm
         self.scoring = {k: sampling[k] for k in ("temperature", "top_p", "top_k")} | {"share_prefix": share_prefix}
         self.group = learner_group(ranks, threads)
-        self.group.call("build", model=model, lr=lr, max_grad_norm=max_grad_norm, sampling=self.scoring, state=state)
+        self.group.call("build", model=model, lr=lr, max_grad_norm=max_grad_norm, sampling=self.scoring, state=state,
+                        schedule=schedule)
         self.scheduler = _Scheduler(self.group)
 
     def score(self, batch: Batch) -> PolicyOutput:

@@ -33,8 +33,10 @@ class Learner:
 def build_learner(recipe, algo, model, tokenizer, *, spec, state, reference, stage_index: int) -> Learner:
     cfg = recipe.rl
     policy, sharded = _policy_role(recipe)
+    schedule = {"kind": cfg.lr_schedule, "steps": cfg.steps, "min_ratio": cfg.min_lr_ratio}
     roles = Roles(policy(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=recipe.sampling.model_dump(),
-                         state=(state.roles_state or {}).get("policy"), share_prefix=recipe.learner.share_prefix),
+                         state=(state.roles_state or {}).get("policy"), share_prefix=recipe.learner.share_prefix,
+                         schedule=schedule),
                   FrozenRole(reference, temperature=recipe.sampling.temperature, share_prefix=recipe.learner.share_prefix)
                   if reference is not None else None,
                   build_aux_roles(recipe, model, state.roles_state, tokenizer))

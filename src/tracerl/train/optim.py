@@ -27,3 +27,11 @@ def warmup_cosine(optimizer, total_steps: int, warmup: int, *, floor: float = 0.
 
 def warmup_constant(optimizer, warmup: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, warmup)))
+
+
+def rl_schedule(optimizer, schedule: dict | None):
+    """The RL policy's schedule: 3 warm-up steps, then constant (`schedule` None or kind "constant") or cosine
+    decay over `schedule["steps"]` to `schedule["min_ratio"]` × the peak (`rl.lr_schedule`, `rl.min_lr_ratio`)."""
+    if not schedule or schedule["kind"] == "constant":
+        return warmup_constant(optimizer, warmup=3)
+    return warmup_cosine(optimizer, schedule["steps"], warmup=3, floor=schedule["min_ratio"])

@@ -22,7 +22,7 @@ from tracerl.algorithms.spec import PolicyOutput
 from tracerl.models.device import batch_to, model_device
 from tracerl.models.lora import reference_view
 from tracerl.models.precision import forward_context
-from tracerl.train.optim import make_optimizer, warmup_constant
+from tracerl.train.optim import make_optimizer, rl_schedule
 from tracerl.train.shared_prefix import shared_prefix_hidden
 
 
@@ -105,11 +105,11 @@ class PolicyRole:
     """The policy: its model, AdamW optimizer and warm-up schedule, scored under the sampling distribution."""
 
     def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, state: dict | None = None,
-                 share_prefix: bool = True):
+                 share_prefix: bool = True, schedule: dict | None = None):
         self.model, self.max_grad_norm = model, max_grad_norm
         self.scoring = {k: sampling[k] for k in ("temperature", "top_p", "top_k")} | {"share_prefix": share_prefix}
         self.optimizer = make_optimizer(model, lr)
-        self.scheduler = warmup_constant(self.optimizer, warmup=3)
+        self.scheduler = rl_schedule(self.optimizer, schedule)
         if state:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
