@@ -68,8 +68,10 @@ def _controller(out) -> None:
         for agg, kl in (("token", 0.0), ("sequence", 0.1), ("fixed", 0.0)):
             algo = ALGORITHMS["grpo"](aggregation=agg, kl={"coef": kl})
             ref = FrozenRole(copy.deepcopy(model), temperature=1.0) if kl else None
-            single = Roles(PolicyRole(copy.deepcopy(model), **kw), ref)
-            sharded = Roles(ShardedPolicyRole(copy.deepcopy(model), **kw, ranks=2, threads=1), ref)
+            # "fixed" also runs a cosine schedule over 6 steps (rl.lr_schedule), read back from both sides below
+            sched = {"schedule": {"kind": "cosine", "steps": 6, "min_ratio": 0.1}} if agg == "fixed" else {}
+            single = Roles(PolicyRole(copy.deepcopy(model), **kw, **sched), ref)
+            sharded = Roles(ShardedPolicyRole(copy.deepcopy(model), **kw, **sched, ranks=2, threads=1), ref)
             for step in range(2):
                 ctx = StepContext(max_tokens=64, step=step)
                 torch.manual_seed(step)
@@ -88,6 +90,12 @@ def _controller(out) -> None:
             res[agg, "optim"] = max(float((o1["optimizer"]["state"][i][n] - o2["optimizer"]["state"][i][n]).abs().max())
                                     for i in o1["optimizer"]["state"] for n in ("exp_avg", "exp_avg_sq"))
             res[agg, "sched"] = (o1["scheduler"]["last_epoch"], o2["scheduler"]["last_epoch"])
+            if sched:
+                for _ in range(3):
+                    single.policy.scheduler.step()
+                    sharded.policy.scheduler.step()
+                res["cosine_lr"] = (single.policy.state_dict()["scheduler"]["_last_lr"][0],
+                                    sharded.policy.state_dict()["scheduler"]["_last_lr"][0])
             if agg == "token":  # resume: the single-process checkpoint state, restored on 2 ranks, takes the same 3rd step
                 resumed = Roles(ShardedPolicyRole(copy.deepcopy(single.policy.model), **kw, state=o1, ranks=2, threads=1))
                 ctx = StepContext(max_tokens=64, step=2)
@@ -128,6 +136,8 @@ def test_two_rank_fsdp_update_equals_single_process():
             assert r["moved"] > 1e-3 and r["diff"] < 2e-5, (agg, step, r)  # weights moved ≫ their difference
         assert res[agg, "optim"] < 1e-6 and res[agg, "sched"] == (2, 2)
     assert res["resumed"] < 2e-5
+    # after 5 schedule steps: 3e-3 * (0.1 + 0.9 * (1 + cos(pi * 2 / 3)) / 2) = 3e-3 * 0.325, on both sides
+    assert res["cosine_lr"] == pytest.approx((3e-3 * 0.325, 3e-3 * 0.325), rel=1e-9)
 
 
 def test_learner_ranks_selects_the_sharded_learner():
