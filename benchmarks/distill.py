@@ -137,13 +137,14 @@ def rows(seed_dir: Path) -> list[str]:
 def table(res: dict, frac: float) -> str:
     algos = sorted({a for r in res.values() for a in r if a in ALGOS or a.split("@")[0] in ALGOS},
                    key=lambda n: (list(ALGOS).index(n.split("@")[0]), n))
-    lines = [f"seed  teacher  start  target({frac:.0%})  " + "  ".join(f"{a + ' steps':>15}" for a in algos)]
+    widths = [max(15, len(a) + 6) for a in algos]
+    lines = [f"seed  teacher  start  target({frac:.0%})  " + "  ".join(f"{a + ' steps':>{w}}" for a, w in zip(algos, widths))]
     for seed, r in sorted(res.items()):
         cells = [(("—" if r[a]["steps_to_target"] is None else str(r[a]["steps_to_target"]))
                   + ("" if r[a]["finished"] else f" (to {r[a]['curve'][-1][0]})")) if a in r else "(not run)"
                  for a in algos]
         lines.append(f"{seed:>4}  {r['teacher']:>7.3f}  {r['start']:>5.3f}  {r['target']:>11.4f}  "
-                     + "  ".join(f"{c:>15}" for c in cells))
+                     + "  ".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
     lines.append("held-out success at each evaluated step (step:success):")
     for seed, r in sorted(res.items()):
         for a in algos:
