@@ -11,11 +11,11 @@ from it, `<l2>/sN/grpo-seedS/checkpoints/step_*` (the teacher; same tokenizer). 
 teacher and the start, then trains `grpo` and `mopd` (pure distillation, `roles.teachers` = that
 teacher) from the start with the default recipe's sizes (or `--recipe`'s, with `--start` / `--teacher` naming
 any student start and teacher per seed: they must share a tokenizer), `--steps` RL steps, a held-out evaluation every
-`--every` steps and at the end. `--tag T` names a variant's rows `<algo>@T` (its `--set` overrides apply to them),
-so rows at other learning rates or sizes join one root and one table. All evaluations use one cheaper protocol (`--eval-tasks` × `--eval-samples`,
-the same tasks and seeds for every model of a seed). A row's steps-to-target is the first evaluated step
-whose held-out success is ≥ `--frac` × the teacher's; "—" if none. Finished runs are not rerun; an
-unfinished one is moved aside (`<dir>.unfinished`) and started again; `--from-runs` shows unfinished
+`--every` steps and at the end. `--tag T` names a variant's rows `<algo>@T` (its `--set` overrides apply to
+them), so rows at other learning rates or sizes join one root and one table. All evaluations use one cheaper
+protocol (`--eval-tasks` × `--eval-samples`, the same tasks and seeds for every model of a seed). A row's
+steps-to-target is the first evaluated step whose held-out success is ≥ `--frac` × the teacher's; "—" if none.
+Finished runs are not rerun; an unfinished one is moved aside (`<dir>.unfinished`) and started again; `--from-runs` shows unfinished
 runs with the evaluations they reached, marked.
 """
 
@@ -123,7 +123,8 @@ def collect(root: Path, frac: float) -> dict:
         row = {"teacher": teacher, "start": start, "target": frac * teacher}
         for name in rows(sd):  # an unfinished run (stopped early) is shown with the evaluations it got to
             pts = [(0, start)] + curve(sd / name)
-            row[name] = {"curve": pts, "steps_to_target": first_at(pts, frac * teacher), "finished": finished(sd / name)}
+            row[name] = {"curve": pts, "steps_to_target": first_at(pts, frac * teacher),
+                         "finished": finished(sd / name)}
         out[seed] = row
     return out
 
@@ -138,7 +139,8 @@ def table(res: dict, frac: float) -> str:
     algos = sorted({a for r in res.values() for a in r if a in ALGOS or a.split("@")[0] in ALGOS},
                    key=lambda n: (list(ALGOS).index(n.split("@")[0]), n))
     widths = [max(15, len(a) + 6) for a in algos]
-    lines = [f"seed  teacher  start  target({frac:.0%})  " + "  ".join(f"{a + ' steps':>{w}}" for a, w in zip(algos, widths))]
+    lines = [f"seed  teacher  start  target({frac:.0%})  "
+             + "  ".join(f"{a + ' steps':>{w}}" for a, w in zip(algos, widths))]
     for seed, r in sorted(res.items()):
         cells = [(("—" if r[a]["steps_to_target"] is None else str(r[a]["steps_to_target"]))
                   + ("" if r[a]["finished"] else f" (to {r[a]['curve'][-1][0]})")) if a in r else "(not run)"
@@ -149,7 +151,8 @@ def table(res: dict, frac: float) -> str:
     for seed, r in sorted(res.items()):
         for a in algos:
             if a in r:
-                lines.append(f"  seed {seed} {a:<{max(12, *map(len, algos))}} " + " ".join(f"{s}:{v:.3f}" for s, v in r[a]["curve"])
+                name = f"{a:<{max(12, *map(len, algos))}}"
+                lines.append(f"  seed {seed} {name} " + " ".join(f"{s}:{v:.3f}" for s, v in r[a]["curve"])
                              + ("" if r[a]["finished"] else "  (unfinished)"))
     for a in algos:
         finals = [r[a]["curve"][-1][1] for r in res.values() if a in r and r[a]["finished"]]
