@@ -15,8 +15,8 @@ any student start and teacher per seed: they must share a tokenizer), `--steps` 
 them), so rows at other learning rates or sizes join one root and one table. All evaluations use one cheaper
 protocol (`--eval-tasks` × `--eval-samples`, the same tasks and seeds for every model of a seed). A row's
 steps-to-target is the first evaluated step whose held-out success is ≥ `--frac` × the teacher's; "—" if none.
-Finished runs are not rerun; an unfinished one is moved aside (`<dir>.unfinished`) and started again; `--from-runs` shows unfinished
-runs with the evaluations they reached, marked.
+Finished runs are not rerun; an unfinished one is moved aside (`<dir>.unfinished`) and started again;
+`--from-runs` shows unfinished runs with the evaluations they reached, marked.
 """
 
 from __future__ import annotations
