@@ -70,3 +70,23 @@ def test_rl_on_real_rewards_improves_heldout_and_saves_plain_hf(tmp_path):
     assert (final / "config.json").exists() and not list(final.glob("*.gguf"))
     reloaded = AutoModelForCausalLM.from_pretrained(final, local_files_only=True)
     assert getattr(reloaded, "hf_quantizer", None) is None
+
+
+def test_mopd_smollm2_recipe_scores_the_students_own_tokens(smollm2, tmp_path):
+    """The shipped distillation recipe, one step, with the student itself as the teacher: the teacher role
+    loads a Hugging Face checkpoint of the pretrained model and scores exactly the tokens, positions and
+    contexts the student sampled, so the reverse KL it reports is zero up to float rounding."""
+    import json
+
+    from tracerl.config import load_recipe
+    from tracerl.train.pipeline import run_recipe
+
+    model, tok = smollm2
+    model.save_pretrained(tmp_path / "teacher")
+    tok.save_pretrained(tmp_path / "teacher")
+    run_recipe(load_recipe("mopd_smollm2", [f"run.dir={tmp_path / 'run'}", "rl.steps=1", "rl.eval_every=0",
+                                            "stages=[rl]", f"roles.teachers=[{{name: self, path: {tmp_path / 'teacher'}}}]"]))
+    steps = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rl = [m for m in steps if "mopd/reverse_kl/self" in m]
+    assert len(rl) == 1 and abs(rl[0]["mopd/reverse_kl/self"]) < 1e-3, rl
+    assert rl[0]["policy/updates"] == 1 and rl[0]["policy/mopd_kept_frac"] > 0.99  # tokens were scored and trained
