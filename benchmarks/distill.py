@@ -129,15 +129,23 @@ def collect(root: Path, frac: float) -> dict:
     return out
 
 
+def _is_row(name: str) -> bool:
+    """An algorithm's row (`grpo`) or a tagged variant of one (`grpo@lr1e-3`); not a run moved aside."""
+    return name.split("@")[0] in ALGOS and not name.endswith(".unfinished")
+
+
+def _order(name: str) -> tuple[int, str]:
+    """Rows in ALGOS order, each algorithm's tagged variants after it."""
+    return list(ALGOS).index(name.split("@")[0]), name
+
+
 def rows(seed_dir: Path) -> list[str]:
     """The row directories of a seed: each algorithm's, then its tagged variants (`<algo>@<tag>`)."""
-    found = {d.name for d in seed_dir.iterdir() if (d / "summary.json").exists() and d.name.split("@")[0] in ALGOS}
-    return sorted(found, key=lambda n: (list(ALGOS).index(n.split("@")[0]), n))
+    return sorted((d.name for d in seed_dir.iterdir() if (d / "summary.json").exists() and _is_row(d.name)), key=_order)
 
 
 def table(res: dict, frac: float) -> str:
-    algos = sorted({a for r in res.values() for a in r if a in ALGOS or a.split("@")[0] in ALGOS},
-                   key=lambda n: (list(ALGOS).index(n.split("@")[0]), n))
+    algos = sorted({a for r in res.values() for a in r if _is_row(a)}, key=_order)
     widths = [max(15, len(a) + 6) for a in algos]
     lines = [f"seed  teacher  start  target({frac:.0%})  "
              + "  ".join(f"{a + ' steps':>{w}}" for a, w in zip(algos, widths))]

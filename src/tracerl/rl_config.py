@@ -64,8 +64,9 @@ class RLConfig(_Cfg):
     lr: float = Field(5e-4, gt=0)
     """Peak learning rate (AdamW, reached after a 3-step warm-up)."""
     lr_schedule: Literal["constant", "cosine"] = "constant"
-    """After the warm-up: constant, or cosine decay towards `min_lr_ratio` × `lr` over `rl.steps` (veRL's
-    `lr_scheduler_type: cosine`; a loss with a fixed target, such as distillation, settles nearer it as it decays)."""
+    """The policy's rate after the warm-up (critic and PRM keep their own): constant, or cosine decay towards
+    `min_lr_ratio` × `lr` over `rl.steps` (veRL's `lr_scheduler_type: cosine`; a loss with a fixed target, such
+    as distillation, settles nearer it as it decays)."""
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     """With `lr_schedule: cosine`, the fraction of `lr` left at the last step."""
     minibatches: int = Field(2, ge=1)

@@ -63,6 +63,7 @@ def test_tagged_variants_are_rows_of_their_own(tmp_path):
     _run(sd / "mopd_forward@mb8", {3: 0.46}, 6, 0.48)  # target 0.45: first reached at step 3
     _run(sd / "mopd_forward", {3: 0.40}, 6, 0.44)      # the untagged row never reaches it
     (sd / "notes").mkdir()                              # a directory that is no row is left out
+    _run(sd / "mopd@mb8.unfinished", {3: 0.9}, 3, 0.9)  # a killed run moved aside is no row either
     res = collect(tmp_path, 0.9)
     assert sorted(k for k in res[0] if k not in ("teacher", "start", "target")) == ["grpo", "mopd_forward",
                                                                                      "mopd_forward@mb8"]
