@@ -61,8 +61,14 @@ class ShardedPolicy:
         self.names = [n for n, _ in model.named_parameters()]  # the single-process optimizer's parameter order
         self.scorer = _Scorer(model, {k: sampling[k] for k in ("temperature", "top_p", "top_k", "share_prefix") if k in sampling})
         decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-        for layer in getattr(decoder, "layers", None) or []:
-            fully_shard(layer, mesh=mesh)
+        # Shared-prefix scoring runs each decoder layer several times per forward and hands the KV cache
+        # from one call to the next inside a Cache object, where FSDP2 hangs no pre-backward hook: a layer
+        # sharded on its own would be resharded before the backward reaches its prefix call. With it on,
+        # the whole policy is one unit, gathered for the forward and backward of each minibatch
+        # (gradients and AdamW moments stay sharded); with learner.share_prefix false each layer is its own.
+        if not self.scorer.sampling.get("share_prefix", True):
+            for layer in getattr(decoder, "layers", None) or []:
+                fully_shard(layer, mesh=mesh)
         fully_shard(self.scorer, mesh=mesh)
         self.optimizer = make_optimizer(self.scorer, lr)
         self.scheduler = rl_schedule(self.optimizer, schedule)
