@@ -146,10 +146,12 @@ class Runner:
         entropy: dict[str, list[float]] = {}
         own = job.generator_state is None
         gen = self.generator if own else torch.Generator().set_state(job.generator_state)
-        trajs = run_episodes(self.engine, self.spec, job.tasks, job.group_ids, budgets=job.budgets,
-                             sampling=job.sampling, policy_version=self.version, seed=job.seed,
-                             tokenizer_hashes=self.hashes, generator=gen, entropy_out=entropy,
-                             on_turn=on_turn)
+        kw = dict(sampling=job.sampling, policy_version=self.version, seed=job.seed, tokenizer_hashes=self.hashes,
+                  generator=gen, entropy_out=entropy, on_turn=on_turn)
+        if hasattr(self.spec, "play"):  # several environments (rollout/routes.py): each task in its own, own budgets
+            trajs = self.spec.play(self.engine, job.tasks, job.group_ids, **kw)
+        else:
+            trajs = run_episodes(self.engine, self.spec, job.tasks, job.group_ids, budgets=job.budgets, **kw)
         self.job_generator_state = None if own else gen.get_state()
         return trajs, entropy
 
