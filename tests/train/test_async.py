@@ -20,7 +20,8 @@ from tracerl.rollout import LoopBudgets, TorchEngine
 from tracerl.rollout.workers import InProcessWorker, ProcessWorker, RolloutJob, RolloutResult, Runner, weights_blob
 from tracerl.store import Store
 from tracerl.tasks import UniformSampler
-from tracerl.train.async_loop import process_workers, spec_ref_for, train_rl_async
+from tracerl.rollout.workers import SpecRef
+from tracerl.train.async_source import process_workers
 from tracerl.train.rl import RLState, train_rl
 from tracerl.train.roles import score_actions
 from tracerl.train.staleness import StalenessGate, lag, oldest_version
@@ -33,8 +34,8 @@ def _factory(backend, request, model, tok, recipe):
     """The pool's workers: spawned processes, or Ray actors on the module's local runtime (tests/train/conftest.py)."""
     if backend == "ray":
         request.getfixturevalue("ray_local")
-        return ray_workers(model, tok, recipe, spec_ref_for(recipe), {})
-    return process_workers(model, tok, recipe, spec_ref_for(recipe), {})
+        return ray_workers(model, tok, recipe, SpecRef.for_recipe(recipe), {})
+    return process_workers(model, tok, recipe, SpecRef.for_recipe(recipe), {})
 
 
 def _recipe(*extra, env="parity_async"):
@@ -51,7 +52,7 @@ def _run(model, tok, recipe, store, spec, *, factory=None, state=None, log=None,
               store=store, tokenizer_hashes={}, progress=False, state=state or RLState(policy_version=1))
     engine = TorchEngine(model, tok)
     if factory is not None:
-        return train_rl_async(model, tok, engine, sampler, recipe, worker_factory=factory, **kw)
+        return train_rl(model, tok, engine, sampler, recipe, worker_factory=factory, **kw)
     assert recipe.rl.mode == "sync"
     return train_rl(model, tok, engine, sampler, recipe, **kw)
 

@@ -149,7 +149,7 @@ class Runner:
         kw = dict(sampling=job.sampling, policy_version=self.version, seed=job.seed, tokenizer_hashes=self.hashes,
                   generator=gen, entropy_out=entropy, on_turn=on_turn)
         if hasattr(self.spec, "play"):  # several environments (rollout/routes.py): each task in its own, own budgets
-            trajs = self.spec.play(self.engine, job.tasks, job.group_ids, **kw)
+            trajs = self.spec.play(self.engine, job.tasks, job.group_ids, budgets=job.budgets, **kw)
         else:
             trajs = run_episodes(self.engine, self.spec, job.tasks, job.group_ids, budgets=job.budgets, **kw)
         self.job_generator_state = None if own else gen.get_state()

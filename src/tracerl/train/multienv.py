@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from tracerl.envs.base import EnvSpec, get_env
-from tracerl.errors import UserError
 from tracerl.envs_config import EnvEntry
-from tracerl.rollout import LoopBudgets, run_episodes
+from tracerl.rollout import LoopBudgets
+from tracerl.rollout.routes import EnvPlayer, RoutesRef
 from tracerl.tasks import TasksConfig
 from tracerl.tasks.samplers import allocate
 from tracerl.telemetry import episodes
@@ -180,33 +180,24 @@ class EnvRouter:
         self.active = list(active)
         self.name = "+".join(self.active)
         self.task_env = dict(task_env)
+        self.player = EnvPlayer({r.name: r.spec for r in routes}, {r.name: r.budgets for r in routes}, task_env)
         total = sum(self.routes[n].share for n in self.active)
         self.targets = {n: self.routes[n].share / total for n in self.active}
         self.normalize_rewards, self.tolerance, self.loss_share = normalize, tolerance, loss_share
         self.best: dict[str, float] = dict(best or {})
 
     def env_of(self, task) -> str:
-        name = self.task_env.get(task.id)
-        if name is None:
-            raise UserError(f"task {task.id!r} belongs to no environment of this run; it must come from an envs: entry")
-        return name
+        return self.player.env_of(task)
 
-    def play(self, engine, tasks, group_ids, *, sampling, policy_version, seed, tokenizer_hashes=None,
-             generator=None, entropy_out=None) -> list:
-        """Each task's episode in its own environment, returned in the order of `tasks`."""
-        by: dict[str, list[int]] = {}
-        for i, t in enumerate(tasks):
-            by.setdefault(self.env_of(t), []).append(i)
-        out: list = [None] * len(tasks)
-        for k, (name, idx) in enumerate(by.items()):
-            r = self.routes[name]
-            trajs = run_episodes(engine, r.spec, [tasks[i] for i in idx], [group_ids[i] for i in idx],
-                                 budgets=r.budgets, sampling=sampling, policy_version=policy_version,
-                                 seed=seed + 1_000_003 * k, tokenizer_hashes=tokenizer_hashes,
-                                 generator=generator, entropy_out=entropy_out)
-            for i, t in zip(idx, trajs):
-                out[i] = t
-        return out
+    def play(self, engine, tasks, group_ids, **kw) -> list:
+        """Each task's episode in its own environment, returned in the order of `tasks` (`EnvPlayer.play`)."""
+        return self.player.play(engine, tasks, group_ids, **kw)
+
+    def routes_ref(self, faults: dict | None) -> RoutesRef:
+        """What a rollout worker process rebuilds this router's player from."""
+        weights = {n: dict(r.spec.reward_weights) if r.spec.reward_weights is not None else None
+                   for n, r in self.routes.items()}
+        return RoutesRef.for_player(self.player, weights=weights, faults=faults)
 
     def step_metrics(self, trajs: Sequence, generated: Sequence) -> dict[str, float]:
         kept = defaultdict(list)

@@ -4,7 +4,7 @@
   quiet logs, shut down at the end; or a connection to `ray.address`) and runs the recipe inside it.
   Without Ray installed it stops with one sentence (exit 2) before a run directory exists.
 - `ray_workers` is the async loop's worker factory on Ray: the same `WorkerSettings` and generator
-  seeds as `async_loop.process_workers`, each worker a `RayWorker` actor reserving
+  seeds as `async_source.process_workers`, each worker a `RayWorker` actor reserving
   `ray.num_cpus_per_worker` / `ray.num_gpus_per_worker`.
 - `WorkerEpisodes` plays the sync loop's rollouts in one worker: each call (one step's tasks, or one
   dynamic-sampling round) is one job, sent after the weights of the policy version it samples, and it

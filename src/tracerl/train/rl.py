@@ -1,4 +1,10 @@
-"""The synchronous RL stage: draw tasks → rollouts → selection → Batch → Algorithm update.
+"""The RL loop of every mode: rollout source → one RL step (Batch → Algorithm update) → publish → log.
+
+A rollout source (`train/sources.py`: sync, or async under a staleness bound, `train/async_source.py`)
+yields each step's groups; `rl_step` collates them once, has the roles score the batch and runs the
+learner's update (`train/update.py`: one minibatch loop, in-process or on the ranks of a sharded
+learner); the loop publishes the new version, evaluates, gates, checkpoints and logs. Sync, async,
+sharded, Ray, multi-environment and gateway runs differ only in their source and where roles live.
 
 The trainer is algorithm-blind: `rl.algorithm` (an `Algorithm` spec, validated when the recipe
 loads) declares the roles, tensors, selection, reward shaping, advantage and loss terms, and the
@@ -11,7 +17,6 @@ generated trajectory is validated and stored, the ones selection left out under 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import time
 from collections.abc import Callable
 
@@ -21,13 +26,14 @@ from tqdm import tqdm
 from tracerl.algorithms.batch import collate
 from tracerl.algorithms.spec import StepContext
 from tracerl.config import Recipe
-from tracerl.contract import Trajectory
-from tracerl.rollout import TorchEngine, run_episodes
-from tracerl.rollout.engine_api import sync_weights
+from tracerl.rollout import run_episodes
 from tracerl.store.credit import per_trajectory, record_credit
-from tracerl.tasks import Sampler, next_groups
+from tracerl.tasks import Sampler
 from tracerl.telemetry import GateTripped, step_metrics
-from tracerl.train.learner import build_learner
+from tracerl.train.async_source import async_algorithm
+from tracerl.train.learner import Learner, build_learner
+from tracerl.train.roles import Roles
+from tracerl.train.sources import StepRollouts, SyncSource
 
 
 @dataclasses.dataclass
@@ -39,11 +45,11 @@ class RLState:
     rl_stage: str = "rl"  # the RL stage the sampler state belongs to
     sampler_state: dict | None = None  # the task sampler's state_dict
     generated_tokens: int = 0  # policy (ACTION) tokens generated so far, profiling included
-    generator_state: torch.Tensor | None = None  # rollout sampling RNG
+    generator_state: torch.Tensor | None = None  # rollout sampling RNG (sync)
     gate_state: dict | None = None
     roles_state: dict | None = None  # optimizer and schedule of each trained role
     algorithm_state: dict | None = None  # entropy controller, the algorithm's random stream
-    async_state: dict | None = None  # rl.mode async: buffered results and in-flight jobs (train/async_loop.py)
+    async_state: dict | None = None  # rl.mode async: buffered results and in-flight jobs (train/async_source.py)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -57,148 +63,153 @@ def _task_metrics(report, sampler, generated_tokens: int, stage_index: int) -> d
             "tasks/generated_tokens": float(generated_tokens), "rl/stage": float(stage_index), **sampler.metrics()}
 
 
-def train_rl(model, tokenizer, engine: TorchEngine, sampler: Sampler, recipe: Recipe, *, spec, log,
+class _CapturingRoles:
+    """The roles, keeping the no-gradient scores the update computes (e.g. the proximal log-probs, for the
+    importance-weight metrics of a decoupled update)."""
+
+    def __init__(self, roles: Roles):
+        self._roles, self.captured = roles, {}
+
+    def __getattr__(self, name):
+        return getattr(self._roles, name)
+
+    def scores(self, batch, needs):
+        out = self._roles.scores(batch, needs)
+        self.captured |= out
+        return out
+
+
+def make_source(recipe: Recipe, algo, *, engine, sampler, spec, state: RLState, ln: Learner, grader, episodes,
+                tokenizer, tokenizer_hashes, store, until: int, model, worker_factory=None):
+    """The stage's rollout source: `rl.mode` sync or async (train/sources.py)."""
+    common = dict(recipe=recipe, algo=algo, sampler=sampler, spec=spec, state=state, budgets=ln.budgets,
+                  astate=ln.astate, grader=grader, tokenizer=tokenizer, tokenizer_hashes=tokenizer_hashes)
+    if recipe.rl.mode == "async":
+        from tracerl.train.async_source import AsyncSource
+
+        return AsyncSource(**common, store=store, until=until, model=model, worker_factory=worker_factory)
+    return SyncSource(**common, engine=engine, episodes=episodes)
+
+
+def rl_step(got: StepRollouts, *, ln: Learner, algo, recipe: Recipe, spec, state: RLState, store, tokenizer,
+            source) -> dict[str, float]:
+    """The RL step on one step's rollouts: collate once → Batch → rewards → the learner's update → metrics."""
+    cfg, roles, astate = recipe.rl, ln.roles, ln.astate
+    trajs = got.trained
+    t1 = time.time()
+    ent = [got.entropy.get(t.trajectory_id, []) for t in trajs]
+    rollout_entropy = sum(map(sum, ent)) / max(1, sum(map(len, ent)))
+    ctx = StepContext(max_tokens=recipe.env.max_tokens, entropy_coef=astate.entropy_coef(algo, rollout_entropy),
+                      generator=astate.generator, step=state.step)
+    batch = collate(trajs, pad_id=tokenizer.pad_token_id, truncation=cfg.truncation,
+                    truncation_penalty=cfg.truncation_penalty)
+    rewards, shaping = algo.shape_rewards(batch, trajs, ctx)
+    if hasattr(spec, "normalize"):  # several environments (train/multienv.py): per-domain reward scale
+        rewards, norm = spec.normalize(rewards, trajs)
+        shaping |= norm | spec.share_loss(batch, trajs)  # mixture.loss_share: per-domain loss weights
+    capture = _CapturingRoles(roles)
+    stats, adv = ln.update(algo, capture, batch, rewards, minibatches=cfg.minibatches, ctx=ctx,
+                           whole_groups=cfg.whole_groups)
+    record_credit(store, state.step, batch.trajectory_ids, per_trajectory(adv, batch.action_BT),
+                  batch.weight_B.tolist())  # advantage and loss weight per trajectory: export / inspect
+    if "updates" in stats:  # no optimizer step when every row had zero advantage
+        roles.policy.scheduler.step()
+    stats |= {"entropy_coef": ctx.entropy_coef} if algo.entropy.active else {}
+    if astate.controller is not None:  # MAGIC's c_k moves every step; α_k = c_k only below target
+        stats["entropy/magic_c"] = astate.controller.coef
+    # staleness is measured against the version that was current when the batch was sampled
+    metrics = step_metrics(trajs, advantages=adv, token_entropy=ent, loss_stats=stats | shaping | got.selection,
+                           timings={"rollout": got.rollout_s, "learner": time.time() - t1},
+                           policy_version=state.policy_version, classify=ln.classify)
+    return metrics | source.batch_metrics(batch, capture.captured)
+
+
+def train_rl(model, tokenizer, engine, sampler: Sampler, recipe: Recipe, *, spec, log,
              on_eval: Callable[[int, int], dict[str, float]] | None, on_checkpoint: Callable[[int, RLState], None],
              store, tokenizer_hashes: dict[str, str], progress: bool = True, state: RLState | None = None,
              until: int | None = None, stage_index: int = 0, reference=None, grader=None,
-             episodes=run_episodes) -> RLState:
+             episodes=run_episodes, worker_factory=None) -> RLState:
     """Run RL steps until global step `until` (default `rl.steps`) or the generated-token budget.
 
-    `recipe` is the stage's recipe (`stages.rl_stages`); `sampler` draws its tasks and its state is
-    saved in every checkpoint. `reference` is the frozen reference policy (used when the algorithm has a KL term);
-    `grader` a `train.grading.GraderRole` (`roles.grader`) that grades each round of rollouts.
-    `episodes` plays the rollouts (`run_episodes`, or an external agent through the gateway: serve/rollout.py).
+    The one loop of every mode: the stage's rollout source (`make_source`: sync or async) hands each
+    step's groups to `rl_step`, then the new version is published, and the step is evaluated, logged,
+    gated and checkpointed. `recipe` is the stage's recipe (`stages.rl_stages`); `sampler` draws its
+    tasks and its state is saved in every checkpoint. `reference` is the frozen reference policy (used
+    when the algorithm has a KL term); `grader` a `train.grading.GraderRole` (`roles.grader`) that grades
+    the rollouts before selection. `episodes` plays the sync rollouts (`run_episodes`, a Ray actor, or an
+    external agent through the gateway: serve/rollout.py); `worker_factory` makes async rollout workers (tests).
     """
-    if recipe.rl.mode == "async":  # rollout workers beside the learner: train/async_loop.py
-        from tracerl.train.async_loop import train_rl_async
-
-        return train_rl_async(model, tokenizer, engine, sampler, recipe, spec=spec, log=log, on_eval=on_eval,
-                              on_checkpoint=on_checkpoint, store=store, tokenizer_hashes=tokenizer_hashes,
-                              progress=progress, state=state or RLState(), until=until, stage_index=stage_index,
-                              reference=reference)
-    cfg, algo = recipe.rl, recipe.rl.algorithm
+    cfg = recipe.rl
     state = state or RLState()
     until = cfg.steps if until is None else until
-    gen = torch.Generator().manual_seed(recipe.run.seed * 1000)
-    if state.generator_state is not None:
-        gen.set_state(state.generator_state)
-    sampling = recipe.sampling.model_dump()
+    algo = async_algorithm(cfg.algorithm) if cfg.mode == "async" else cfg.algorithm
     ln = build_learner(recipe, algo, model, tokenizer, spec=spec, state=state, reference=reference,
                        stage_index=stage_index)
-    roles, astate, budgets, gates, audits, probe, classify = (ln.roles, ln.astate, ln.budgets, ln.gates, ln.audits,
-                                                              ln.probe, ln.classify)
-    G = cfg.group_size
-    n_roll = algo.rollouts_per_task(G)
-    sampler_cfg = recipe.tasks.sampler
-    if algo.dynamic_sampling and sampler_cfg.kind != "dynamic":
-        sampler_cfg = sampler_cfg.model_copy(update={"kind": "dynamic"})
-
-    def budget_left() -> bool:
-        return cfg.max_generated_tokens is None or state.generated_tokens < cfg.max_generated_tokens
-
+    source = make_source(recipe, algo, engine=engine, sampler=sampler, spec=spec, state=state, ln=ln, grader=grader,
+                         episodes=episodes, tokenizer=tokenizer, tokenizer_hashes=tokenizer_hashes, store=store,
+                         until=until, model=model, worker_factory=worker_factory)
     bar = tqdm(total=until, initial=state.step, desc="rl", disable=not progress, leave=False)
-    while state.step < until and budget_left():
-        t0 = time.time()
-        rounds = itertools.count()
-        generated: list[Trajectory] = []
-        entropy: dict[str, list[float]] = {}
-        selection: dict[str, float] = {}
-
-        def rollout(tasks):
-            if not tasks:
-                return []
-            r = next(rounds)
-            batch = [t for t in tasks for _ in range(n_roll)]
-            groups = [f"s{state.step}-p{i // n_roll}" + (f"-r{r}" if r else "") for i in range(len(batch))]
-            play = spec.play if hasattr(spec, "play") else (  # EnvRouter (train/multienv.py): several environments
-                lambda eng, *a, **kw: episodes(eng, spec, *a, budgets=budgets, **kw))
-            trajs = play(engine, batch, groups, sampling=sampling, policy_version=state.policy_version,
-                         seed=recipe.run.seed * 100003 + state.step + r * 7_000_003,
-                         tokenizer_hashes=tokenizer_hashes, generator=gen, entropy_out=entropy)
-            if grader is not None:  # before selection: dynamic sampling and advantages see the judged reward
-                grader.apply(trajs, batch, tokenizer)
-            generated.extend(trajs)
-            state.generated_tokens += sum(t.num_action_tokens for t in trajs)
-            out = []
-            by_group: dict[str, list[Trajectory]] = {}  # a gateway episode may split into several trajectories
-            for t in trajs:
-                by_group.setdefault(t.group_id, []).append(t)
-            for i in range(len(tasks)):
-                group = by_group.get(groups[i * n_roll], [])
-                kept, rep = algo.select_group(group, G, astate.generator)
-                for k, v in rep.items():
-                    selection[k] = selection.get(k, 0.0) + v
-                out.append([group[j] for j in kept])
-            return out
-
-        # dynamic sampling stops drawing once the token budget is spent
-        got = next_groups(sampler_cfg, lambda k: sampler.next_batch(k) if budget_left() else [], rollout,
-                          cfg.prompts_per_step, rewards=lambda g: [t.reward for t in g])
-        trajs = [t for _, g in got.groups for t in g]
-        kept = {t.trajectory_id for t in trajs}
-        t_roll = time.time() - t0
-        store.add_trajectories(trajs, stage="rl", step=state.step)
-        store.add_trajectories([t for t in generated if t.trajectory_id not in kept], stage="rl_filtered",
-                               step=state.step)
-        metrics: dict[str, float] = {}
-        before = probe.before_rl(engine, model, trajs, recipe.sampling.temperature)  # the first step: weights as sampled
-        t1 = time.time()
-        if trajs:
-            ent = [entropy[t.trajectory_id] for t in trajs]
-            rollout_entropy = sum(map(sum, ent)) / max(1, sum(map(len, ent)))
-            ctx = StepContext(max_tokens=recipe.env.max_tokens, entropy_coef=astate.entropy_coef(algo, rollout_entropy),
-                              generator=astate.generator, step=state.step)
-            batch = collate(trajs, pad_id=tokenizer.pad_token_id, truncation=cfg.truncation,
-                            truncation_penalty=cfg.truncation_penalty)
-            rewards, shaping = algo.shape_rewards(batch, trajs, ctx)
-            if hasattr(spec, "normalize"):  # several environments (train/multienv.py): per-domain reward scale
-                rewards, norm = spec.normalize(rewards, trajs)
-                shaping |= norm | spec.share_loss(batch, trajs)  # mixture.loss_share: per-domain loss weights
-            stats, adv = ln.update(algo, roles, batch, rewards, minibatches=cfg.minibatches, ctx=ctx,
-                                   whole_groups=cfg.whole_groups)
-            record_credit(store, state.step, batch.trajectory_ids, per_trajectory(adv, batch.action_BT),
-                          batch.weight_B.tolist())  # advantage and loss weight per trajectory: export / inspect
-            if "updates" in stats:  # no optimizer step when every row had zero advantage
-                roles.policy.scheduler.step()
-            stats |= {"entropy_coef": ctx.entropy_coef} if algo.entropy.active else {}
-            if astate.controller is not None:  # MAGIC's c_k moves every step; α_k = c_k only below target
-                stats["entropy/magic_c"] = astate.controller.coef
-            # staleness is measured against the version that was current when the batch was sampled
-            metrics = step_metrics(trajs, advantages=adv, token_entropy=ent, loss_stats=stats | shaping | selection,
-                                   timings={"rollout": t_roll, "learner": time.time() - t1},
-                                   policy_version=state.policy_version, classify=classify)
-        metrics |= _task_metrics(got.report, sampler, state.generated_tokens, stage_index)
-        metrics |= grader.metrics() if grader is not None else {}
-        if hasattr(spec, "step_metrics"):  # several environments: domain/<env>/* telemetry
-            metrics |= spec.step_metrics(trajs, generated)
-        state.policy_version += 1
-        state.step += 1
-        synced = sync_weights(engine, model, state.policy_version)  # an engine with its own weights copies them
-        metrics |= audits.metrics(state.step)
-        metrics |= probe.merge(before, probe.metrics(state.step, engine, model, trajs, recipe.sampling.temperature,
-                                                     synced=synced))
-        state.sampler_state = sampler.state_dict()
-        state.gate_state = gates.state_dict()
-        state.generator_state = gen.get_state()
-        state.roles_state, state.algorithm_state = roles.state_dict(), astate.state_dict()
-        if on_eval and cfg.eval_every and state.step % cfg.eval_every == 0 and state.step < cfg.steps:
-            metrics |= on_eval(state.step, state.policy_version)
-        log(metrics, state.step)
-        held = f" | held-out {metrics['eval/success']:.3f}" if "eval/success" in metrics else ""
-        dyn = f" | groups {got.report.kept_groups}/{got.report.groups_generated}" if got.report.rounds > 1 else ""
-        line = (f"rl step {state.step:>3}/{cfg.steps} | reward {metrics.get('reward/mean', 0):.3f}{held} | "
-                f"tool calls {metrics.get('tool/calls_per_episode', 0):.2f}{dyn} | "
-                f"tok/s {metrics.get('throughput/tokens_per_s', 0):.0f} | {time.time() - t0:.1f}s")
-        tqdm.write(line) if progress else print(line, flush=True)
-        bar.update()
-        trip = gates.update(state.step, metrics)
-        trip = trip or (spec.gate(state.step, metrics) if hasattr(spec, "gate") else None)  # per-domain regression
-        if trip is not None:  # stop cleanly: state saved, the event recorded, then a non-zero exit
-            on_checkpoint(state.step, state)
-            store.add_event("gate", trip.reason, stage="rl", step=state.step, payload=trip.as_dict())
-            bar.close()
-            raise GateTripped(trip)
-        if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0:
-            on_checkpoint(state.step, state)
-    bar.close()
+    try:
+        source.start(model)
+        while state.step < until and source.budget_left():
+            t0 = time.time()
+            got = source.next()
+            if got is None:
+                break  # nothing left to generate (the token budget is spent)
+            metrics = _train_and_publish(got, ln=ln, algo=algo, recipe=recipe, spec=spec, state=state, store=store,
+                                         tokenizer=tokenizer, source=source, engine=engine, model=model,
+                                         sampler=sampler, grader=grader, stage_index=stage_index)
+            if on_eval and cfg.eval_every and state.step % cfg.eval_every == 0 and state.step < cfg.steps:
+                metrics |= on_eval(state.step, state.policy_version)
+            log(metrics, state.step)
+            _say_step(metrics, state.step, cfg.steps, got.line, time.time() - t0, progress)
+            bar.update()
+            trip = ln.gates.update(state.step, metrics)
+            trip = trip or (spec.gate(state.step, metrics) if hasattr(spec, "gate") else None)  # per-domain regression
+            if trip is not None:  # stop cleanly: state saved, the event recorded, then a non-zero exit
+                on_checkpoint(state.step, state)
+                store.add_event("gate", trip.reason, stage="rl", step=state.step, payload=trip.as_dict())
+                raise GateTripped(trip)
+            if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0:
+                on_checkpoint(state.step, state)
+        source.finish(store)
+    finally:
+        bar.close()
+        source.close()
     return state
+
+
+def _train_and_publish(got: StepRollouts, *, ln: Learner, algo, recipe: Recipe, spec, state: RLState, store, tokenizer,
+                       source, engine, model, sampler, grader, stage_index: int) -> dict[str, float]:
+    """Store the step's rollouts, take the RL step, publish the new version and record the state it leaves."""
+    trajs = got.trained
+    kept = {t.trajectory_id for t in trajs}
+    store.add_trajectories(trajs, stage="rl", step=state.step)
+    store.add_trajectories([t for t in got.generated if t.trajectory_id not in kept], stage="rl_filtered",
+                           step=state.step)
+    temperature = recipe.sampling.temperature
+    before = ln.probe.before_rl(engine, model, trajs, temperature)  # the first step: weights as sampled
+    metrics = rl_step(got, ln=ln, algo=algo, recipe=recipe, spec=spec, state=state, store=store, tokenizer=tokenizer,
+                      source=source) if trajs else {}
+    metrics |= _task_metrics(got.report, sampler, state.generated_tokens, stage_index) | got.metrics
+    metrics |= grader.metrics() if grader is not None else {}
+    if hasattr(spec, "step_metrics"):  # several environments: domain/<env>/* telemetry
+        metrics |= spec.step_metrics(trajs, got.generated)
+    state.policy_version += 1
+    state.step += 1
+    synced = source.publish(model, state.policy_version)  # engines and workers that hold their own weights
+    metrics |= ln.audits.metrics(state.step)
+    metrics |= ln.probe.merge(before, ln.probe.metrics(state.step, engine, model, trajs, temperature, synced=synced))
+    state.sampler_state = sampler.state_dict()
+    state.gate_state = ln.gates.state_dict()
+    source.save()
+    state.roles_state, state.algorithm_state = ln.roles.state_dict(), ln.astate.state_dict()
+    return metrics
+
+
+def _say_step(metrics: dict[str, float], step: int, steps: int, extra: str, seconds: float, progress: bool) -> None:
+    held = f" | held-out {metrics['eval/success']:.3f}" if "eval/success" in metrics else ""
+    line = (f"rl step {step:>3}/{steps} | reward {metrics.get('reward/mean', 0):.3f}{held} | "
+            f"tool calls {metrics.get('tool/calls_per_episode', 0):.2f}{extra} | "
+            f"tok/s {metrics.get('throughput/tokens_per_s', 0):.0f} | {seconds:.1f}s")
+    tqdm.write(line) if progress else print(line, flush=True)

@@ -1,0 +1,202 @@
+"""The asynchronous rollout source (`rl.mode: async`): rollout workers generate while the learner trains.
+
+Shape (AReaL; veRL's one-step-off-policy is η = 1 with one worker): the source issues rollout jobs
+(one step's tasks each, drawn by the stage's sampler in step order) to a `WorkerPool`, as far ahead
+as the staleness bound η allows (`train/staleness.py`); after every update the loop publishes the new
+weights by version. Finished jobs wait in a bounded buffer; each step takes the first one that
+finished, re-checks every trajectory's lag, stores and counts the over-stale ones under stage
+`rl_stale` (never trained), grades (`roles.grader`) and selects the rest, and hands them to the one
+RL step (`train/rl.py`), which trains them with the decoupled surrogate: behavior log-probs from the
+sampler, proximal log-probs recomputed by the learner at the start of the update, the ratio clipped
+around the proximal policy (TIS / MIS still apply when `rl.algorithm.correction` is set).
+
+Workers play the recipe's environment, or every environment of an `envs:` run (`rollout/routes.py`),
+in spawned processes or Ray actors (`run.backend: ray`). With η = 0 and one worker, job k starts only
+after step k − 1 was trained, on those weights, with the worker's generator seeded as the sync
+loop's: the async path trains on the same data as sync (`tests/train/test_async.py`).
+
+Checkpoints record the buffered results (trained after a resume) and the jobs still in flight (a
+recorded decision: they are restarted from scratch, same tasks and seeds, at the resumed version).
+"""
+
+from __future__ import annotations
+
+import time
+
+from tracerl.algorithms.spec.terms import Decoupled
+from tracerl.contract.serialize import from_dict, to_dict
+from tracerl.rollout.worker_pool import WorkerPool
+from tracerl.rollout.workers import ProcessWorker, RolloutJob, RolloutResult, SpecRef, WorkerSettings, param_dtype, weights_blob
+from tracerl.tasks import next_groups
+from tracerl.telemetry import async_metrics as am
+from tracerl.train.sources import StepRollouts, select
+from tracerl.train.staleness import StalenessGate, lag
+
+
+def async_algorithm(algo):
+    """The recipe's algorithm with the decoupled surrogate (unless it already sets one)."""
+    return algo if algo.decoupled is not None else algo.model_copy(update={"decoupled": Decoupled()})
+
+
+def worker_spec_ref(recipe, spec):
+    """What a worker process rebuilds the rollout spec from: an `envs:` router's routes, else the recipe's env."""
+    faults = recipe.faults.model_dump() if recipe.faults.active else None
+    return spec.routes_ref(faults) if hasattr(spec, "routes_ref") else SpecRef.for_recipe(recipe)
+
+
+def process_workers(model, tokenizer, recipe, spec_ref, hashes: dict[str, str]):
+    """The default worker factory: spawned processes, one torch thread each."""
+
+    def factory(wid: int, incarnation: int):
+        return ProcessWorker(wid, WorkerSettings(
+            type(model), model.config, tokenizer, spec_ref,
+            generator_seed=recipe.run.seed * 1000 + wid + 7_919 * incarnation,  # worker 0 draws as the sync loop
+            tokenizer_hashes=hashes, partial_rollouts=recipe.rl.partial_rollouts, dtype=param_dtype(model)))
+    return factory
+
+
+class AsyncSource:
+    """Rollouts from workers running ahead of the learner (see the module docstring)."""
+
+    def __init__(self, *, recipe, algo, sampler, spec, state, budgets, astate, grader, tokenizer, tokenizer_hashes,
+                 store, until: int, model, worker_factory=None):
+        from tracerl.train.ray_backend import ray_workers
+
+        cfg = recipe.rl
+        self.recipe, self.algorithm, self.sampler, self.state, self.astate = recipe, algo, sampler, state, astate
+        self.grader, self.tokenizer, self.store, self.until, self.budgets = grader, tokenizer, store, until, budgets
+        self.n_roll = algo.rollouts_per_task(cfg.group_size)
+        self.gate = StalenessGate(cfg.max_staleness)
+        factory = worker_factory or (ray_workers if recipe.run.backend == "ray" else process_workers)(
+            model, tokenizer, recipe, worker_spec_ref(recipe, spec), tokenizer_hashes)
+        saved = state.async_state or {}
+        self.buffer: list[RolloutResult] = [_result_from(d) for d in saved.get("buffer", [])]
+        self.restart: list[RolloutJob] = list(saved.get("in_flight", []))
+        self.next_job = saved.get("next_job", state.step)
+        self.totals = dict(saved.get("totals", {"rejected_stale": 0.0, "results": 0.0}))
+        self.jobs: dict[int, RolloutJob] = {}  # issued and not yet received: their tasks, for the grader
+        self.unlogged_stale: list = []
+        self.pool = WorkerPool(factory, cfg.rollout_workers)
+
+    def budget_left(self) -> bool:
+        cap = self.recipe.rl.max_generated_tokens
+        return cap is None or self.state.generated_tokens < cap
+
+    def _make_job(self, k: int) -> RolloutJob | None:
+        tasks = self.sampler.next_batch(self.recipe.rl.prompts_per_step) if self.budget_left() else []
+        if not tasks:
+            return None
+        batch = [t for t in tasks for _ in range(self.n_roll)]
+        return RolloutJob(k, batch, [f"s{k}-p{i // self.n_roll}" for i in range(len(batch))],
+                          seed=self.recipe.run.seed * 100003 + k, budgets=self.budgets,
+                          sampling=self.recipe.sampling.model_dump())
+
+    def _submit(self, job: RolloutJob) -> None:
+        self.jobs[job.job_id] = job
+        self.pool.submit(job)
+
+    def _receive(self, timeout: float) -> None:
+        for r in self.pool.poll(timeout=timeout):
+            self.state.generated_tokens += sum(t.num_action_tokens for t in r.trajectories)
+            self.totals["results"] += 1
+            job = self.jobs.pop(r.job_id, None)
+            if self.grader is not None and job is not None:  # graded once, before staleness and selection
+                self.grader.apply(r.trajectories, job.tasks, self.tokenizer)
+            self.buffer.append(r)
+
+    def start(self, model) -> None:
+        self.pool.publish(self.state.policy_version, weights_blob(model))
+        if self.restart:
+            self.store.add_event("async_restart", f"{len(self.restart)} in-flight rollout job(s) restarted from scratch "
+                                 "on resume", stage="rl", step=self.state.step,
+                                 payload={"jobs": [j.job_id for j in self.restart]})
+        for job in self.restart:
+            self._submit(job)
+
+    def next(self) -> StepRollouts | None:
+        """The next step's rollouts; None when nothing is left to generate (the token budget is spent)."""
+        state, cfg, pool, buffer = self.state, self.recipe.rl, self.pool, self.buffer
+        while True:
+            while (state.step + len(buffer) + pool.in_flight < self.until
+                   and self.gate.may_start(len(buffer) + pool.in_flight) and pool.has_capacity()):
+                job = self._make_job(self.next_job)
+                if job is None:
+                    break
+                self._submit(job)
+                self.next_job += 1
+            if not buffer and not pool.in_flight:
+                return None
+            t_wait = time.time()
+            self._receive(0.0)
+            while not buffer and pool.in_flight:
+                self._receive(0.5)
+            idle = time.time() - t_wait
+            if not buffer:  # the jobs in flight were excluded (their workers died twice): issue new ones
+                continue
+            res = buffer.pop(0)  # the first job that finished, whichever step it was meant for
+            admitted, rejected = self.gate.split(res.trajectories, state.policy_version)
+            self.totals["rejected_stale"] += len(rejected)
+            if rejected:
+                self.store.add_trajectories(rejected, stage="rl_stale", step=state.step)
+            self.unlogged_stale += rejected  # a job rejected whole takes no step: its count goes with the next one
+            if admitted:
+                return self._step_rollouts(res, admitted, idle)
+            if not self.budget_left():
+                return None
+
+    def _step_rollouts(self, res: RolloutResult, admitted: list, idle: float) -> StepRollouts:
+        state, cfg, max_tokens = self.state, self.recipe.rl, self.recipe.env.max_tokens
+        by_group: dict[str, list] = {}
+        for t in admitted:
+            by_group.setdefault(t.group_id, []).append(t)
+        kept, selection = select(self.algorithm, list(by_group.values()), cfg.group_size, self.astate.generator)
+        names = list(by_group)
+        got = next_groups(self.recipe.tasks.sampler, lambda k: names, lambda ts: kept, len(names),
+                          rewards=lambda g: [t.reward for t in g])
+        stale = self.unlogged_stale
+        metrics = am.staleness_distribution([lag(t, state.policy_version) for t in admitted], [len(t) for t in admitted],
+                                            max_tokens=max_tokens, eta=cfg.max_staleness)
+        metrics |= am.rejected_by_length(stale, max_tokens=max_tokens)
+        metrics |= {"async/rejected_stale": float(len(stale)), "async/rejected_stale_total": self.totals["rejected_stale"],
+                    "async/queue_depth": float(len(self.buffer)), "async/queue_age_s": time.time() - res.finished_at,
+                    "async/in_flight": float(self.pool.in_flight), "async/learner_idle_s": idle,
+                    "async/job_lag_steps": float(state.step - res.job_id), "async/max_staleness": float(cfg.max_staleness),
+                    "async/multi_version_frac": am.multi_version_fraction(admitted), **self.pool.counters.as_metrics()}
+        line = (f" | lag {metrics.get('async/staleness/mean', 0):.2f} | stale {len(stale)} | idle {idle:.1f}s")
+        self.unlogged_stale = []
+        return StepRollouts(kept, admitted, res.entropy, got.report, selection, res.busy_s, metrics, line)
+
+    def publish(self, model, version: int) -> bool:
+        self.pool.publish(version, weights_blob(model))  # the workers' next turns use it
+        return True
+
+    def batch_metrics(self, batch, captured: dict) -> dict[str, float]:
+        """The importance weights of the decoupled update and the token versions of the batch."""
+        out = {}
+        if "proximal" in captured:
+            out |= am.importance_weights(captured["proximal"], batch.behavior_BT, batch.mask_BT)
+        return out | am.version_metrics(batch.version_BT, batch.mask_BT, self.state.policy_version)
+
+    def save(self) -> None:
+        self.state.async_state = {"buffer": [_result_dict(r) for r in self.buffer], "in_flight": self.pool.outstanding(),
+                                  "next_job": self.next_job, "totals": self.totals}
+
+    def finish(self, store) -> None:
+        leftover = [t for r in self.buffer for t in r.trajectories]
+        if leftover:  # generated and validated but past the stage's last step: kept, never trained
+            store.add_trajectories(leftover, stage="rl_unused", step=self.state.step)
+        self.state.async_state = None
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _result_dict(r: RolloutResult) -> dict:
+    return {"job_id": r.job_id, "worker_id": r.worker_id, "start_version": r.start_version,
+            "trajectories": [to_dict(t) for t in r.trajectories], "entropy": r.entropy, "busy_s": r.busy_s,
+            "idle_s": r.idle_s, "finished_at": r.finished_at}
+
+
+def _result_from(d: dict) -> RolloutResult:
+    return RolloutResult(d["job_id"], d["worker_id"], d["start_version"], [from_dict(t) for t in d["trajectories"]],
+                         d["entropy"], d["busy_s"], d["idle_s"], d["finished_at"])
