@@ -42,10 +42,9 @@ def check_backend(recipe) -> str | None:
         if ray != RayConfig():
             return "the ray: section applies only with run.backend: ray; set run.backend=ray or drop ray:"
         return None
-    what = ("envs:" if recipe.envs else "gateway.agent" if recipe.gateway.agent else
-            "roles.grader" if recipe.roles.grader is not None else None)
-    if what:
-        return f"run.backend: ray does not run {what} yet (its rollouts play in the trainer's process); use run.backend: local"
+    if recipe.gateway.agent:
+        return ("gateway.agent's episodes are driven by an external agent through the trainer's own gateway, so no Ray "
+                "actor would play them; use run.backend: local with gateway.agent")
     model = recipe.model
     held = ("model.lora" if getattr(model, "lora", None) is not None else
             "model.autocast" if getattr(model, "autocast", None) else None)

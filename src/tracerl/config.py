@@ -217,13 +217,9 @@ class Recipe(_Cfg):
             raise ValueError("rl.mode: async forms fixed-size batches; it does not combine with tasks.sampler.kind: dynamic")
         if self.gateway.agent and self.envs:
             raise ValueError("gateway.agent plays one environment (env.name); remove envs: or gateway.agent")
-        if self.rl.mode == "async" and (self.gateway.agent or self.envs):
-            what = "gateway.agent" if self.gateway.agent else "envs:"
-            raise ValueError(f"rl.mode: async rollout workers play the single env: environment in-process; "
-                             f"{what} does not run under it yet; use rl.mode: sync")
-        if self.rl.mode == "async" and self.roles.grader is not None:
-            raise ValueError("roles.grader does not run in rl.mode: async yet (its rollouts are graded in the sync loop); "
-                             "use rl.mode: sync")
+        if self.rl.mode == "async" and self.gateway.agent:
+            raise ValueError("gateway.agent samples from the trainer's own engine while its episode runs, which an "
+                             "async learner would update under it; use rl.mode: sync with gateway.agent")
         problem = (check_envs(self) or check_learner(self) or check_backend(self) or placement_problem(self)
                    or check_engine(self))
         if problem:

@@ -68,10 +68,11 @@ class RoutesRef:
         return "+".join(self.envs)
 
     @classmethod
-    def for_player(cls, player: EnvPlayer, *, weights: Mapping[str, dict | None], faults: dict | None) -> RoutesRef:
-        modules = {getattr(get_env(n).make, "__module__", None) for n in player.specs}
-        return cls({n: weights.get(n) for n in player.specs}, dict(player.budgets), dict(player.task_env), faults,
-                   tuple(sorted(m for m in modules if m and m != "__main__")))
+    def for_routes(cls, routes, task_env: Mapping[str, str], faults: dict | None) -> RoutesRef:
+        """From a run's routes (each with `name`, `spec`, `budgets`: train/multienv.py `EnvRoute`)."""
+        modules = {getattr(get_env(r.name).make, "__module__", None) for r in routes}
+        return cls({r.name: dict(r.spec.reward_weights) for r in routes}, {r.name: r.budgets for r in routes},
+                   dict(task_env), faults, tuple(sorted(m for m in modules if m and m != "__main__")))
 
     def build(self) -> EnvPlayer:
         from tracerl.faults import FaultsConfig, wrap_spec

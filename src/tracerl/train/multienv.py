@@ -195,9 +195,7 @@ class EnvRouter:
 
     def routes_ref(self, faults: dict | None) -> RoutesRef:
         """What a rollout worker process rebuilds this router's player from."""
-        weights = {n: dict(r.spec.reward_weights) if r.spec.reward_weights is not None else None
-                   for n, r in self.routes.items()}
-        return RoutesRef.for_player(self.player, weights=weights, faults=faults)
+        return RoutesRef.for_routes(list(self.routes.values()), self.task_env, faults)
 
     def step_metrics(self, trajs: Sequence, generated: Sequence) -> dict[str, float]:
         kept = defaultdict(list)

@@ -107,7 +107,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
 
     place_policy(model, recipe)  # model.device, autocast, gradient checkpointing
     rl_episodes = ray_backend.backend_episodes(recipe, episodes, model=model, tokenizer=tokenizer, hashes=hashes,
-                                               store=run.store)  # run.backend: ray plays them in a Ray actor
+                                               store=run.store, spec_ref=envs.routes_ref(recipe))  # run.backend: ray
     clean_engine = build_engine(recipe.engine, model, tokenizer, seed=seed, max_model_len=envs.max_tokens,
                                 device=model_device(model))
     engine = wrap_engine(clean_engine, recipe.faults)  # faults.engine_error: failing rows in training rollouts

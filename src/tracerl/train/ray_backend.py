@@ -142,7 +142,7 @@ class WorkerEpisodes:
                  tokenizer_hashes=None, generator: torch.Generator | None = None, entropy_out=None, **kw):
         if kw:
             raise TypeError(f"WorkerEpisodes does not take {sorted(kw)}")
-        if spec.name != self.env_name:
+        if not set(spec.name.split("+")) <= set(self.env_name.split("+")):  # an envs: stage plays some of the run's
             raise ValueError(f"the rollout worker plays env {self.env_name!r}, not {spec.name!r}")
         if generator is None:
             generator = torch.Generator().manual_seed(seed)
@@ -192,22 +192,23 @@ class WorkerEpisodes:
             self.worker = None
 
 
-def ray_episodes(recipe, model, tokenizer, hashes, *, store=None) -> WorkerEpisodes:
-    """The sync loop's rollouts in one Ray actor, its generator seeded as the sync loop's (`run.seed * 1000`)."""
+def ray_episodes(recipe, model, tokenizer, hashes, *, store=None, spec_ref=None) -> WorkerEpisodes:
+    """The sync loop's rollouts in one Ray actor, its generator seeded as the sync loop's (`run.seed * 1000`);
+    `spec_ref` what the actor plays (an `envs:` run's `RoutesRef`; default: the recipe's env)."""
     from tracerl.rollout.ray_worker import RayWorker
 
-    cfg, spec_ref = recipe.ray, SpecRef.for_recipe(recipe)
+    cfg, spec_ref = recipe.ray, spec_ref or SpecRef.for_recipe(recipe)
 
     def factory(incarnation: int):
         settings = _settings(model, tokenizer, recipe, spec_ref, hashes, seed=recipe.run.seed * 1000,
                              threads=recipe.run.threads, partial=False)  # threads as the driver's: the same floats
         return RayWorker(0, settings, num_cpus=cfg.num_cpus_per_worker, num_gpus=cfg.num_gpus_per_worker)
-    return WorkerEpisodes(factory, model, env_name=recipe.env.name, store=store)
+    return WorkerEpisodes(factory, model, env_name=spec_ref.name, store=store)
 
 
-def backend_episodes(recipe, episodes, *, model, tokenizer, hashes, store=None):
+def backend_episodes(recipe, episodes, *, model, tokenizer, hashes, store=None, spec_ref=None):
     """What the sync RL loop plays its rollouts with: `episodes` itself locally, one Ray actor on Ray."""
     if recipe.run.backend != "ray" or recipe.rl.mode == "async":  # async builds its own workers (ray_workers)
         return episodes
-    _OPEN.append(ray_episodes(recipe, model, tokenizer, hashes, store=store))
+    _OPEN.append(ray_episodes(recipe, model, tokenizer, hashes, store=store, spec_ref=spec_ref))
     return _OPEN[-1]

@@ -60,6 +60,15 @@ class RunEnvs:
                                     "give each environment's tasks their own ids")
         return cls(routes, pools, heldout, task_env, bool(recipe.envs))
 
+    def routes_ref(self, recipe):
+        """What a rollout worker process plays every environment of an `envs:` run from; None for one env."""
+        if not self.mixed:
+            return None
+        from tracerl.rollout.routes import RoutesRef
+
+        return RoutesRef.for_routes(self.routes, self.task_env, recipe.faults.model_dump() if recipe.faults.active
+                                    else None)
+
     @property
     def name(self) -> str:
         return "+".join(r.name for r in self.routes)
