@@ -77,6 +77,19 @@ def test_overlong_penalty_shapes_the_reward():
     assert rewards.tolist() == [0.5, -0.5] and stats["reward/overlong_penalty"] == -0.5
 
 
+def test_overlong_penalty_uses_each_rows_own_budget():
+    # an envs: run: both rows are 5 tokens long; row 0's environment allows 6 (cache 2: soft start 4 ->
+    # (4 - 5) / 2 = -0.5), row 1's allows 40 (cache min(2, 40) = 2: soft start 38 -> 0). Under the run's
+    # longest budget (40) neither would be penalised.
+    trajs = [_traj(0, "g", 1.0), _traj(1, "g", 0.0)]
+    batch = collate(trajs, pad_id=0)
+    algo = ALGORITHMS["dapo"](overlong={"cache_len": 2})
+    rewards, _ = algo.shape_rewards(batch, trajs, StepContext(max_tokens=40, max_tokens_B=torch.tensor([6, 40])))
+    assert rewards.tolist() == [0.5, 0.0]
+    rewards, _ = algo.shape_rewards(batch, trajs, StepContext(max_tokens=40))
+    assert rewards.tolist() == [1.0, 0.0]
+
+
 def _sampled_update(tiny, env, sampling, *, lr, minibatches):
     """Sample 2 groups of 4 with `sampling`, then one GRPO update on rewards [1,0,0,0], [0,1,1,0]."""
     model, tok = tiny

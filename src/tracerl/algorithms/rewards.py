@@ -16,9 +16,12 @@ from tracerl.algorithms.registry import register
 @register("overlong_penalty", kind="reward",
           description="DAPO soft overlong penalty: 0 up to L_max - L_cache, linear to -1 at L_max, -1 beyond",
           source="Yu et al. 2025 (DAPO, soft overlong punishment)")
-def overlong_penalty(lengths_B: torch.Tensor, *, max_len: int, cache_len: int) -> torch.Tensor:
-    """r_len(|y|) = 0 if |y| ≤ L_max − L_cache; (L_max − L_cache − |y|)/L_cache if ≤ L_max; −1 beyond."""
-    if not 0 < cache_len <= max_len:
+def overlong_penalty(lengths_B: torch.Tensor, *, max_len: int | torch.Tensor, cache_len: int | torch.Tensor) -> torch.Tensor:
+    """r_len(|y|) = 0 if |y| ≤ L_max − L_cache; (L_max − L_cache − |y|)/L_cache if ≤ L_max; −1 beyond.
+
+    `max_len` and `cache_len` are numbers, or per-row tensors `[B]` (rows of environments with different budgets)."""
+    ok = (torch.as_tensor(cache_len) > 0) & (torch.as_tensor(cache_len) <= torch.as_tensor(max_len))
+    if not bool(ok.all()):
         raise ValueError(f"overlong_penalty needs 0 < cache_len <= max_len, got cache_len={cache_len}, max_len={max_len}")
     lengths = torch.as_tensor(lengths_B).to(torch.get_default_dtype())
     soft_start = max_len - cache_len

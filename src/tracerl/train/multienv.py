@@ -197,6 +197,10 @@ class EnvRouter:
         """What a rollout worker process rebuilds this router's player from."""
         return RoutesRef.for_routes(list(self.routes.values()), self.task_env, faults)
 
+    def max_tokens_of(self, trajs: Sequence) -> torch.Tensor:
+        """Each trajectory's episode token budget: its environment's `max_tokens` (DAPO's overlong penalty)."""
+        return torch.tensor([self.player.budgets[t.env_name].max_tokens for t in trajs], dtype=torch.long)
+
     def step_metrics(self, trajs: Sequence, generated: Sequence) -> dict[str, float]:
         kept = defaultdict(list)
         gen = defaultdict(list)

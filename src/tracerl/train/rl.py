@@ -100,7 +100,8 @@ def rl_step(got: StepRollouts, *, ln: Learner, algo, recipe: Recipe, spec, state
     ent = [got.entropy.get(t.trajectory_id, []) for t in trajs]
     rollout_entropy = sum(map(sum, ent)) / max(1, sum(map(len, ent)))
     ctx = StepContext(max_tokens=recipe.env.max_tokens, entropy_coef=astate.entropy_coef(algo, rollout_entropy),
-                      generator=astate.generator, step=state.step)
+                      generator=astate.generator, step=state.step,
+                      max_tokens_B=spec.max_tokens_of(trajs) if hasattr(spec, "max_tokens_of") else None)
     batch = collate(trajs, pad_id=tokenizer.pad_token_id, truncation=cfg.truncation,
                     truncation_penalty=cfg.truncation_penalty)
     rewards, shaping = algo.shape_rewards(batch, trajs, ctx)

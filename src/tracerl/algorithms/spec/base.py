@@ -50,6 +50,7 @@ class StepContext:
     """What one RL step gives the loss besides the batch."""
 
     max_tokens: int  # the episode budget L_max (fixed aggregation, overlong penalty)
+    max_tokens_B: torch.Tensor | None = None  # each row's own L_max (envs: runs: its environment's), overlong penalty
     entropy_coef: float = 0.0  # α of this step (constant or from MAGIC)
     generator: torch.Generator | None = None  # Clip-Cov's random token choice
     step: int = 0  # the RL step (auxiliary roles' pretraining counts it)
@@ -215,8 +216,10 @@ class Algorithm(Part):
         """The rewards advantages are computed from: the batch's, plus the shaping terms switched on."""
         reward, stats = batch.reward_B.clone(), {}
         if self.overlong is not None:
-            pen = self.overlong.coef * overlong_penalty(batch.length_B, max_len=ctx.max_tokens,
-                                                        cache_len=min(self.overlong.cache_len, ctx.max_tokens))
+            L = ctx.max_tokens if ctx.max_tokens_B is None else ctx.max_tokens_B
+            pen = self.overlong.coef * overlong_penalty(batch.length_B, max_len=L,
+                                                        cache_len=(min(self.overlong.cache_len, L) if isinstance(L, int)
+                                                                   else L.clamp(max=self.overlong.cache_len)))
             pen = torch.where(batch.baseline_B, pen.to(reward.dtype), torch.zeros_like(reward))
             reward = reward + pen
             stats |= {"reward/overlong_penalty": float(pen.mean()), "reward/overlong_frac": float((pen < 0).float().mean())}
