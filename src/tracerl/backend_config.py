@@ -45,12 +45,6 @@ def check_backend(recipe) -> str | None:
     if recipe.gateway.agent:
         return ("gateway.agent's episodes are driven by an external agent through the trainer's own gateway, so no Ray "
                 "actor would play them; use run.backend: local with gateway.agent")
-    model = recipe.model
-    held = ("model.lora" if getattr(model, "lora", None) is not None else
-            "model.autocast" if getattr(model, "autocast", None) else None)
-    if held:  # the actor rebuilds the plain architecture from the learner's state_dict (no adapter, no autocast)
-        return (f"run.backend: ray does not run {held} yet (the rollout actor rebuilds the plain model from the "
-                f"learner's weights, so its samples would not be the policy's); drop {held} or use run.backend: local")
     workers = recipe.rl.rollout_workers if recipe.rl.mode == "async" else 1
     if ray.address is None and workers * ray.num_cpus_per_worker > ray.num_cpus:
         return (f"{workers} rollout actor(s) × ray.num_cpus_per_worker {ray.num_cpus_per_worker:g} need more than the "

@@ -56,9 +56,6 @@ def placement_problem(recipe) -> str | None:
     """What the recipe combines that these keys do not support yet, as one sentence (None when fine)."""
     m = recipe.model
     if m.lora is not None:
-        if recipe.rl.mode == "async":
-            return ("model.lora does not run under rl.mode: async yet (rollout workers load full weights); "
-                    "use rl.mode: sync or model.lora=null")
         if recipe.envs:
             return "model.lora is not wired into multi-environment runs (envs:) yet; remove envs: or set model.lora=null"
         if any(s.reset_reference for s in recipe.rl.stages):
@@ -67,7 +64,4 @@ def placement_problem(recipe) -> str | None:
         if m.reference_device not in (None, m.device):
             return ("with model.lora the reference is the policy itself with its adapter disabled, so "
                     "model.reference_device cannot differ from model.device; leave it null")
-    if recipe.rl.mode == "async" and (m.autocast is not None or m.device.startswith("cuda")):
-        return ("rl.mode: async rollout workers run on CPU in model.dtype; model.autocast and a cuda model.device "
-                "do not combine with it yet; use rl.mode: sync")
     return None

@@ -10,16 +10,18 @@ from tracerl.errors import UserError
 @pytest.mark.parametrize("overrides, needle", [
     (["engine.dtype=bfloat16"], "set model.dtype instead"),
     (["engine.name=hf", "engine.max_model_len=512"], "applies to engine.name vllm only"),
-    (["engine.name=hf", "rl.mode=async"], "does not run with rl.mode: async"),
-    (["engine.name=hf", "run.backend=ray"], "does not run with run.backend: ray"),
-    (["engine.name=hf", "model.lora.r=8"], "does not run with model.lora"),
-    (["engine.name=hf", "model.autocast=bf16"], "does not run with model.autocast"),
-    (["engine.name=hf", "learner.ranks=2"], "does not run with learner.ranks > 1"),
+    (["engine.name=vllm", "gateway.agent=examples/gateway_agent/agent.py:run"], "does not run gateway.agent"),
     (["engine.name=bogus"], "engine.name"),
 ])
 def test_bad_engine_settings_are_refused_in_one_sentence(overrides, needle):
     with pytest.raises(UserError, match=needle):
         load_recipe("smoke", overrides)
+
+
+@pytest.mark.parametrize("overrides", [["rl.mode=async"], ["run.backend=ray"], ["model.lora.r=8"], ["model.autocast=bf16"],
+                                       ["learner.ranks=2", "model.device=cpu"], ["rl.mode=async", "model.lora.r=8"]])
+def test_engines_combine_with_every_mode_at_load(overrides):
+    assert load_recipe("smoke", ["engine.name=hf", *overrides]).engine.name == "hf"
 
 
 def test_a_resolved_config_round_trips():

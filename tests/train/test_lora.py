@@ -140,7 +140,6 @@ def test_bad_lora_settings_are_one_sentence(tiny):
     with pytest.raises(UserError, match=r"target_modules names 'qkv'.*linear layers are .*q_proj"):
         lora.attach_lora(copy.deepcopy(model), LoraSettings(target_modules=["qkv"]), pointer=POINTER)
     for overrides, msg in ((["model.lora.r=0"], "greater than 0"),
-                           (["model.lora.r=8", "rl.mode=async"], "does not run under rl.mode: async"),
                            (["model.lora.r=8", "rl.stages=[{name: a, steps: 1}, {name: b, steps: 1, reset_reference: true}]"],
                             "cannot reset it"),
                            (["model.lora.r=8", "model.reference_device=cpu", "model.device=auto"],

@@ -8,8 +8,10 @@ learner and evaluation keep holding the same `model` object and see the adapted 
 - a checkpoint holds only the adapter (`adapter_model.safetensors`, `adapter_config.json`) and
   `lora_base.json`, a pointer to the base weights it applies to: the `model.path` the run loaded, or,
   for the tiny model, `<run>/lora_base/` — the SFT-trained weights the adapter was attached to;
-- `merged_model` folds the adapter into the base and returns a plain Hugging Face module
-  (`tracerl merge`).
+- `merged_weights` computes each adapted layer's merged weight W + (alpha/r)·B·A (peft's own
+  `get_delta_weight`, without touching the module); `models/weights.py` turns them into the plain
+  model's state_dict that rollout workers, Ray actors and engines with their own copy load at every
+  sync, and `merged_model` into a plain Hugging Face module (`tracerl merge`).
 
 Only adapter parameters require gradients; the optimizer (`train/optim.py`) holds only those.
 """
@@ -161,9 +163,32 @@ def save_base(model, tokenizer, out: Path) -> None:
     os.replace(tmp, out)
 
 
-def merged_model(model):
-    """A plain Hugging Face module: the adapter folded into (a copy of) the base weights."""
-    import copy
+def merged_weights(model) -> dict[str, torch.Tensor]:
+    """{plain module name + ".weight": W + sum of the active adapters' (alpha/r)·B·A} for every adapted layer of
+    `model`, in W's dtype and device, computed from the tensors (the module is left as it is: no copy, no merge).
+    A layer whose adapter is switched off or already merged (peft's `merged`) gives W itself."""
+    from peft.tuners.lora import LoraLayer
 
-    wrapped = copy.deepcopy(peft_of(model))
-    return wrapped.merge_and_unload()
+    out = {}
+    with torch.no_grad():
+        for name, mod in model.named_modules():
+            if not isinstance(mod, LoraLayer):
+                continue
+            base = mod.get_base_layer()
+            w = base.weight.detach()
+            if not (mod.merged or mod.disable_adapters):
+                for adapter in mod.active_adapters:
+                    if adapter not in mod.lora_A:
+                        continue
+                    if getattr(mod, "use_dora", {}).get(adapter) or getattr(mod, "lora_bias", {}).get(adapter):
+                        raise ValueError(f"{name}: merging a DoRA / lora_bias adapter is not supported")
+                    w = w + mod.get_delta_weight(adapter).to(w.dtype)
+            out[f"{name}.weight"] = w
+    return out
+
+
+def merged_model(model):
+    """A plain Hugging Face module: the adapter folded into (a copy of) the base weights (models/weights.py)."""
+    from tracerl.models.weights import plain_copy
+
+    return plain_copy(model)

@@ -18,7 +18,8 @@ Token ids in, token ids and behavior log-probabilities out (docs/engines.md):
 - `load_weights(state_dict, version)`: the learner's weights after an update, by version. An
   engine that shares the learner's module (`owns_weights` False: the torch engine in process)
   only records the version; one that holds its own copy (HF generate on a copy, vLLM, a remote
-  server) loads the tensors. `sync_weights` below is the one call the trainer makes.
+  server) loads the tensors: the policy as a plain model (`models/weights.plain_state_dict`, a LoRA
+  policy's adapters merged in). `sync_weights` below is the one call the trainer makes.
 - `tokenizer`, `pad_id`, `version`, `owns_weights`.
 
 `tests/rollout/test_engine_conformance.py` checks every engine against this contract.
@@ -77,11 +78,14 @@ def sync_weights(engine, model, version: int) -> bool:
     """Give `engine` the learner `model`'s weights as `version`; True when tensors were copied.
 
     An engine that shares the learner's module gets the version only (no tensor moves, no token of
-    the sync path changes); an engine without `load_weights` (a test double) is left alone.
+    the sync path changes); one with its own copy gets the plain weights (LoRA merged in); an engine
+    without `load_weights` (a test double) is left alone.
     """
+    from tracerl.models.weights import plain_state_dict
+
     eng = base_engine(engine)
     if not hasattr(eng, "load_weights"):
         return False
     copy = owns_weights(eng)
-    eng.load_weights(model.state_dict() if copy else None, int(version))
+    eng.load_weights(plain_state_dict(model) if copy else None, int(version))
     return copy

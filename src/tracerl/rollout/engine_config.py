@@ -41,18 +41,14 @@ class EngineConfig(BaseModel):
 
 
 def check_engine(recipe) -> str | None:
-    """One sentence naming what an engine other than torch does not run with yet, or None."""
+    """One sentence naming what an engine other than torch does not run with, or None.
+
+    Every engine with its own copy of the weights (hf, vllm; in the trainer, in rollout worker processes
+    and in Ray actors) loads the policy as a plain model at each sync (`models/weights.py`: LoRA merged
+    in) and samples under its autocast, so engines combine with rl.mode, run.backend, model.lora,
+    model.autocast and learner.ranks."""
     name = recipe.engine.name
-    if name == "torch":
-        return None
-    model = recipe.model
-    what = ("envs:" if recipe.envs else "gateway.agent" if recipe.gateway.agent and name == "vllm" else
-            "rl.mode: async" if recipe.rl.mode == "async" else
-            "run.backend: ray" if recipe.run.backend == "ray" else
-            "model.lora" if getattr(model, "lora", None) is not None else
-            "model.autocast" if getattr(model, "autocast", None) else
-            "learner.ranks > 1" if recipe.learner.ranks > 1 else None)
-    if what is None:
-        return None
-    return (f"engine.name {name} does not run with {what} yet (those play or train through the torch engine on the "
-            f"learner's module); set engine.name=torch or drop {what}")
+    if name == "vllm" and recipe.gateway.agent:
+        return ("engine.name vllm does not run gateway.agent (the gateway serves the engine's calls in the trainer's "
+                "process, and vLLM's offline LLM is no server of per-call spans); use engine.name torch or hf")
+    return None

@@ -19,19 +19,23 @@ same tokens and the global RNG is left as it was. The tokens differ from the tor
 the same seed (another sampler), and depend on the batch layout.
 
 Weights: `from_learner(model, tokenizer, dtype=...)` samples from a copy (e.g. bfloat16 for
-rollouts beside a float32 learner); `load_weights(state_dict, version)` copies the learner's
-tensors in (cast to the copy's dtype). Built on the learner's own module it shares the weights
-and a sync is a version bump. Sessions are stateless (every turn's full sequence is fed again).
+rollouts beside a float32 learner): the policy as a plain model (`models/weights.py`: a LoRA
+policy's adapters merged into the base weights), under the policy's autocast;
+`load_weights(state_dict, version)` copies the learner's plain weights in (cast to the copy's
+dtype; `engine_api.sync_weights` sends `plain_state_dict`). Built on the learner's own module it
+shares the weights and a sync is a version bump. Every `generate` runs in the model's
+`forward_context` (bf16 autocast when `model.autocast` says so). Sessions are stateless (every
+turn's full sequence is fed again).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 
 import torch
 
 from tracerl.algorithms.logprobs import process_logits
+from tracerl.models.precision import DTYPES, autocast_dtype, forward_context, set_autocast
 from tracerl.rollout.sampling import Sample
 from tracerl.rollout.stops import StopRules, row_budgets
 
@@ -67,13 +71,13 @@ class HFGenerateEngine:
 
     @classmethod
     def from_learner(cls, model, tokenizer, *, dtype: str | torch.dtype | None = None) -> HFGenerateEngine:
-        """An engine on its own copy of `model` (in `dtype` when given), synced by `load_weights`."""
-        twin = copy.deepcopy(model)
-        if dtype is not None:
-            twin = twin.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
-        twin.eval()
-        for p in twin.parameters():
-            p.requires_grad_(False)
+        """An engine on its own plain copy of `model` (LoRA merged; in `dtype` when given; under the model's
+        autocast), synced by `load_weights`."""
+        from tracerl.models.weights import plain_copy
+
+        twin = plain_copy(model, dtype=dtype)
+        mode = autocast_dtype(model)
+        set_autocast(twin, next((k for k, v in DTYPES.items() if v == mode), None))
         return cls(twin, tokenizer, owns_weights=True)
 
     @property
@@ -120,7 +124,7 @@ class HFGenerateEngine:
                                                     "top_k": int(top_k)}))
         stops = _RowStops(self._stops.rule(stop_strings, stop_token_ids), budgets, L)
         self.model.eval()
-        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), forward_context(self.model):
             torch.manual_seed(seed)
             out = self.model.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), generation_config=gc,
                                       stopping_criteria=StoppingCriteriaList([stops]))

@@ -11,6 +11,11 @@ answer the same calls:
   model, an inbox (weights and jobs, in the order they were sent) and an outbox. Weights travel as the
   bytes of a `torch.save`d state_dict, so a Ray actor can take the same messages later.
 
+A worker's copy is the policy as a plain model (`models/weights.py`): the plain architecture, loaded
+with the policy's weights, LoRA adapters merged in; it samples under the policy's autocast and through
+the engine the recipe names (`engine.name`: torch, hf, or vllm where installed). `worker_settings`
+builds the settings from the learner's model and the recipe (local processes and Ray actors alike).
+
 With `partial_rollouts`, the worker looks into its inbox between the turns of its episodes and loads
 new weights there: later turns are sampled by the new version (`run_episodes(on_turn=...)`), and every
 ACTION token keeps the version that sampled it.
@@ -97,14 +102,21 @@ class SpecRef:
 
 
 def weights_blob(model) -> bytes:
-    """The model's state_dict as bytes (what travels to a worker)."""
+    """The policy's weights as a plain model's state_dict, as bytes (what travels to a worker): a LoRA
+    policy's adapters merged into the base weights (`models/weights.py`)."""
+    from tracerl.models.weights import plain_state_dict
+
     buf = io.BytesIO()
-    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, buf)
+    torch.save(plain_state_dict(model, clone=True), buf)
     return buf.getvalue()
 
 
+def blob_state(blob: bytes) -> dict[str, torch.Tensor]:
+    return torch.load(io.BytesIO(blob), weights_only=True)
+
+
 def load_blob(model, blob: bytes) -> None:
-    model.load_state_dict(torch.load(io.BytesIO(blob), weights_only=True))
+    model.load_state_dict(blob_state(blob))
 
 
 class RolloutWorker(Protocol):
@@ -128,18 +140,21 @@ class Runner:
     """What runs inside any worker: the engine over the worker's model, its env spec and generator."""
 
     def __init__(self, model, tokenizer, spec, *, generator_seed: int, tokenizer_hashes: dict[str, str],
-                 device: str = "cpu"):
+                 device: str = "cpu", engine=None):
         from tracerl.rollout.engine import TorchEngine
 
         self.model, self.spec, self.hashes = model, spec, tokenizer_hashes
-        self.engine = TorchEngine(model, tokenizer, device=device)
+        self.engine = engine if engine is not None else TorchEngine(model, tokenizer, device=device)
         self.generator = torch.Generator().manual_seed(generator_seed)
         self.version = -1
         self.job_generator_state: torch.Tensor | None = None  # after a job that carried a generator state
 
     def load(self, version: int, blob: bytes | None) -> None:
         if blob is not None:
-            load_blob(self.model, blob)
+            if self.model is not None:
+                load_blob(self.model, blob)
+            else:  # an engine holding the weights itself (vLLM)
+                self.engine.load_weights(blob_state(blob), version)
         self.version = version
 
     def run(self, job: RolloutJob, on_turn=None) -> tuple[list[Trajectory], dict[str, list[float]]]:
@@ -210,6 +225,9 @@ class WorkerSettings:
     threads: int = 1
     device: str = "cpu"  # where the worker's model and engine run (a Ray actor given a GPU: "cuda")
     dtype: str = "float32"  # the learner's parameter dtype: the worker samples the same weights, not an upcast copy
+    autocast: str | None = None  # model.autocast: the worker's forwards run under it, as the learner's
+    engine: str = "torch"  # engine.name: torch / hf on the worker's copy, vllm loading its own
+    engine_kwargs: dict = dataclasses.field(default_factory=dict)  # vllm: model_dir, dtype, seed, memory, lengths
 
 
 def param_dtype(model) -> str:
@@ -218,8 +236,67 @@ def param_dtype(model) -> str:
 
 
 def worker_model(settings: WorkerSettings):
-    """The worker's own copy of the policy's architecture, in the learner's dtype, on its device."""
-    return settings.model_class(settings.model_config).to(device=settings.device, dtype=getattr(torch, settings.dtype))
+    """The worker's own copy of the policy's plain architecture, in the learner's dtype (or engine.dtype), on
+    its device, under the policy's autocast."""
+    from tracerl.models.precision import set_autocast
+
+    model = settings.model_class(settings.model_config).to(device=settings.device, dtype=getattr(torch, settings.dtype))
+    return set_autocast(model, settings.autocast)
+
+
+def worker_engine(settings: WorkerSettings, model, tokenizer):
+    """The engine a worker samples with: `settings.engine` over the worker's `model` (None for vllm, which
+    loads the model from `engine_kwargs["model_dir"]` and takes each version's weights itself)."""
+    from tracerl.rollout.engine import TorchEngine
+
+    if settings.engine == "torch":
+        return TorchEngine(model, tokenizer, device=settings.device)
+    if settings.engine == "hf":
+        from tracerl.rollout.hf_engine import HFGenerateEngine
+
+        return HFGenerateEngine(model, tokenizer)  # the worker's copy is its own: a load is a load_blob
+    from tracerl.rollout.vllm_engine import VLLMEngine
+
+    return VLLMEngine.build(tokenizer=tokenizer, **settings.engine_kwargs)
+
+
+def worker_settings(model, tokenizer, recipe, spec_ref, hashes: dict[str, str], *, seed: int, partial: bool,
+                    threads: int = 1, device: str | None = None) -> WorkerSettings:
+    """The settings of a rollout worker sampling the learner `model`'s policy (a spawned process: `device`
+    None, the learner's device; a Ray actor: the device its resources give): the plain architecture, its
+    dtype, the recipe's autocast and engine."""
+    from tracerl.models.device import model_device
+    from tracerl.models.weights import plain_architecture
+
+    cls, config = plain_architecture(model)
+    engine = recipe.engine
+    dtype = (engine.dtype if engine.name == "hf" else None) or param_dtype(model)
+    kwargs = {}
+    if engine.name == "vllm":
+        kwargs = dict(model_dir=vllm_model_dir(model), dtype=vllm_dtype(recipe, model), seed=seed,
+                      gpu_memory_utilization=engine.gpu_memory_utilization,
+                      max_model_len=engine.max_model_len or recipe.env.max_tokens, enforce_eager=engine.enforce_eager)
+    return WorkerSettings(cls, config, tokenizer, spec_ref, generator_seed=seed, tokenizer_hashes=hashes,
+                          partial_rollouts=partial, threads=threads, device=device or str(model_device(model)),
+                          dtype=dtype, autocast=getattr(recipe.model, "autocast", None), engine=engine.name,
+                          engine_kwargs=kwargs)
+
+
+def vllm_model_dir(model) -> str:
+    """The directory vLLM loads `model`'s architecture from (its weights are replaced by the learner's at once)."""
+    from tracerl.errors import UserError
+
+    model_dir = getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None)
+    if not model_dir:
+        raise UserError("engine.name=vllm loads the model from a directory and this model has none; "
+                        "give model.path (a local Hugging Face model directory)")
+    return str(model_dir)
+
+
+def vllm_dtype(recipe, model) -> str:
+    """vLLM's weight dtype: engine.dtype; else bfloat16 under model.autocast bf16 (vLLM has no autocast, its
+    nearest is bf16 weights), else the learner's."""
+    return recipe.engine.dtype or ("bfloat16" if getattr(recipe.model, "autocast", None) == "bf16" else param_dtype(model))
 
 
 def exit_with_parent(parent: int, interval: float = 1.0) -> threading.Thread:
@@ -242,10 +319,12 @@ def _worker_main(worker_id: int, settings: WorkerSettings, inbox, outbox) -> Non
     torch.set_num_threads(settings.threads)
     from tracerl.faults import FaultsConfig, wrap_engine
 
-    model = worker_model(settings)
-    model.eval()
+    model = None if settings.engine == "vllm" else worker_model(settings)
+    if model is not None:
+        model.eval()
     runner = Runner(model, settings.tokenizer, settings.spec.build(), generator_seed=settings.generator_seed,
-                    tokenizer_hashes=settings.tokenizer_hashes, device=settings.device)
+                    tokenizer_hashes=settings.tokenizer_hashes, device=settings.device,
+                    engine=worker_engine(settings, model, settings.tokenizer))
     faults = settings.spec.faults  # faults.engine_error: failing rows, as in the trainer's engine
     runner.engine = wrap_engine(runner.engine, FaultsConfig(**faults) if faults else None)
     jobs: collections.deque[RolloutJob] = collections.deque()
@@ -290,7 +369,7 @@ def _worker_main(worker_id: int, settings: WorkerSettings, inbox, outbox) -> Non
 
 
 class ProcessWorker:
-    """A rollout worker in its own spawned process (CPU, `settings.threads` torch threads)."""
+    """A rollout worker in its own spawned process (on `settings.device`, `settings.threads` torch threads)."""
 
     def __init__(self, worker_id: int, settings: WorkerSettings):
         import torch.multiprocessing as mp

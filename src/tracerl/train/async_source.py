@@ -26,7 +26,7 @@ import time
 from tracerl.algorithms.spec.terms import Decoupled
 from tracerl.contract.serialize import from_dict, to_dict
 from tracerl.rollout.worker_pool import WorkerPool
-from tracerl.rollout.workers import ProcessWorker, RolloutJob, RolloutResult, SpecRef, WorkerSettings, param_dtype, weights_blob
+from tracerl.rollout.workers import ProcessWorker, RolloutJob, RolloutResult, SpecRef, weights_blob, worker_settings
 from tracerl.tasks import next_groups
 from tracerl.telemetry import async_metrics as am
 from tracerl.train.sources import StepRollouts, select
@@ -48,10 +48,10 @@ def process_workers(model, tokenizer, recipe, spec_ref, hashes: dict[str, str]):
     """The default worker factory: spawned processes, one torch thread each."""
 
     def factory(wid: int, incarnation: int):
-        return ProcessWorker(wid, WorkerSettings(
-            type(model), model.config, tokenizer, spec_ref,
-            generator_seed=recipe.run.seed * 1000 + wid + 7_919 * incarnation,  # worker 0 draws as the sync loop
-            tokenizer_hashes=hashes, partial_rollouts=recipe.rl.partial_rollouts, dtype=param_dtype(model)))
+        return ProcessWorker(wid, worker_settings(  # the plain policy (LoRA merged), its autocast, the recipe's engine
+            model, tokenizer, recipe, spec_ref, hashes,
+            seed=recipe.run.seed * 1000 + wid + 7_919 * incarnation,  # worker 0 draws as the sync loop
+            partial=recipe.rl.partial_rollouts))
     return factory
 
 

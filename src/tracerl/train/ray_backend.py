@@ -29,7 +29,7 @@ import threading
 import torch
 
 from tracerl.errors import UserError
-from tracerl.rollout.workers import RolloutJob, RolloutResult, SpecRef, WorkerSettings, param_dtype, validated, weights_blob
+from tracerl.rollout.workers import RolloutJob, RolloutResult, SpecRef, WorkerSettings, validated, weights_blob, worker_settings
 
 _ACTIVE = {"on": False}
 _OPEN: list = []  # the sync loop's rollout workers of the running recipe, closed when it ends
@@ -111,9 +111,8 @@ def backend_manifest(recipe) -> dict:
 
 
 def _settings(model, tokenizer, recipe, spec_ref, hashes, *, seed: int, threads: int, partial: bool) -> WorkerSettings:
-    return WorkerSettings(type(model), model.config, tokenizer, spec_ref, generator_seed=seed, tokenizer_hashes=hashes,
-                          partial_rollouts=partial, threads=threads,
-                          device="cuda" if recipe.ray.num_gpus_per_worker > 0 else "cpu", dtype=param_dtype(model))
+    return worker_settings(model, tokenizer, recipe, spec_ref, hashes, seed=seed, partial=partial, threads=threads,
+                           device="cuda" if recipe.ray.num_gpus_per_worker > 0 else "cpu")
 
 
 def ray_workers(model, tokenizer, recipe, spec_ref, hashes):
