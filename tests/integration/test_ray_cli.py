@@ -36,3 +36,26 @@ def test_smoke_on_ray_equals_local(tmp_path, mode):
     assert json.loads((tmp_path / "local" / "manifest.json").read_text())["backend"] == {"name": "local"}
     # async at η = 0 with one worker: rollouts on a Ray actor or a spawned process draw the same tokens
     assert compare(tmp_path / "local", tmp_path / "ray") == []
+
+
+@pytest.mark.timeout(600)
+def test_a_lora_run_on_ray_samples_the_merged_policy(tmp_path):
+    """`run.backend=ray model.lora.r=8`: the actor rebuilds the plain model and loads the merged weights, so it draws
+    every token the local LoRA run draws; behavior log-probs agree to float error (merged W + s·BA against peft's
+    unmerged W x + s·B(A x))."""
+    pytest.importorskip("ray")
+    pytest.importorskip("peft")
+    import numpy as np
+    from ray_vs_local import TRAJ, trajectories
+
+    _train(tmp_path / "local", "model.lora.r=8")
+    proc = _train(tmp_path / "ray", "run.backend=ray", "model.lora.r=8")
+    assert "rl step   2/2" in proc.stdout
+    cols = [c.strip() for c in TRAJ.split(",")]
+    lp = cols.index("behavior_logprobs")
+    a, b = trajectories(tmp_path / "local"), trajectories(tmp_path / "ray")
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b):
+        assert x[:lp] + x[lp + 1:] == y[:lp] + y[lp + 1:]  # tokens, rewards, spans
+        u, v = np.frombuffer(x[lp], "<f8"), np.frombuffer(y[lp], "<f8")
+        assert np.array_equal(np.isnan(u), np.isnan(v)) and np.nan_to_num(np.abs(u - v)).max() < 1e-5
