@@ -1,7 +1,9 @@
-"""The FSDP2 learner (`learner.ranks: 2`, gloo on CPU): one and two RL updates sharded over two
-ranks give the single-process update's weights, optimizer state and loss, under token, sequence and fixed
-aggregation with gradient clipping active; the loss normalisation that makes this so, by hand;
-recipes it cannot run refused at load."""
+"""The FSDP2 learner (`learner.ranks: 2`, gloo on CPU): one and two `rl_update`s with the policy sharded
+over two ranks give the single-process update's weights, optimizer state and loss, under token, sequence
+and fixed aggregation with gradient clipping active, on rows whose shared prompts are split
+(`train/shared_prefix.py`); the loss normalisation that makes this so, by hand; every algorithm and mode
+loads with two ranks, only a GPU placement is refused. Aux roles, whole-minibatch losses and LoRA:
+tests/train/test_sharded_roles.py."""
 
 import copy
 import multiprocessing
@@ -11,7 +13,6 @@ import torch
 
 from tracerl.algorithms.spec import ALGORITHMS, StepContext
 from tracerl.config import load_recipe
-from tracerl.errors import UserError
 from tracerl.train.update import minibatch_scale
 
 
@@ -32,15 +33,23 @@ def test_sharded_normalisation_by_hand():
     assert (float(aggregate(loss[:1], mask[:1])) + float(aggregate(loss[1:], mask[1:]))) / 2 == 3.0  # not 2
 
 
+SYSTEM = 8  # tokens every row starts with; then a 9-token prompt shared by the 5 rows of its group
+
+
 def _batch():
+    """10 rows in 2 groups of 5: each row's prompt is the common 8-token prefix and its group's 9 tokens
+    (`train/shared_prefix.py` splits such rows at both levels), then an action of 2..11 tokens (token and
+    sequence means differ)."""
     from tracerl.algorithms.batch import collate
     from tracerl.contract import TerminalReason, TokenRole, Trajectory
 
     g = torch.Generator().manual_seed(1)
+    system = torch.randint(2, 64, (SYSTEM,), generator=g).tolist()
+    prompts = [system + torch.randint(2, 64, (9,), generator=g).tolist() for _ in range(2)]
     trajs = []
-    for i in range(10):  # action spans of 2..11 tokens: token and sequence means differ
+    for i in range(10):
         t = Trajectory(trajectory_id=f"t{i}", group_id=f"g{i // 5}", task_id="x", env_name="e")
-        t.append(torch.randint(2, 64, (3,), generator=g).tolist(), TokenRole.PROMPT)
+        t.append(prompts[i // 5], TokenRole.PROMPT)
         n = 2 + (i * 7) % 10
         s, e = t.append(torch.randint(2, 64, (n,), generator=g).tolist(), TokenRole.ACTION,
                         logprobs=(-4.16 + 0.3 * torch.randn(n, generator=g)).tolist(), policy_version=0)
@@ -51,60 +60,36 @@ def _batch():
     return collate(trajs, pad_id=0)
 
 
-def _controller(out) -> None:
-    """Rank 0 (a spawned process): the single-process update beside the 2-rank sharded one."""
+def tiny_model():
+    from tracerl.models.tiny import build_model
+
+    return build_model(64, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_positions=64,
+                       seed=0, pad_token_id=0, eos_token_id=1)
+
+
+def run_controller(target, *args, timeout: float = 540):
+    """Run `target(*args)` as rank 0 in a spawned process (it starts the learner group's other rank) and
+    return what it answers; a traceback string fails the test."""
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_guarded, args=(q, target, *args))
+    p.start()
+    try:
+        res = q.get(timeout=timeout)
+        p.join(timeout=60)
+    finally:
+        if p.is_alive():
+            p.kill()
+    assert not isinstance(res, str), res
+    return res
+
+
+def _guarded(out, target, *args) -> None:
     try:
         torch.set_num_threads(1)
-        from tracerl.models.tiny import build_model
-        from tracerl.train.fsdp_group import ShardedPolicyRole, learner_group, sharded_rl_update
-        from tracerl.train.roles import FrozenRole, PolicyRole, Roles
-        from tracerl.train.update import rl_update
+        res = target(*args)
+        from tracerl.train.fsdp_group import learner_group
 
-        model = build_model(64, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_positions=64,
-                            seed=0, pad_token_id=0, eos_token_id=1)
-        batch, sampling = _batch(), {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
-        kw = dict(lr=3e-3, max_grad_norm=0.05, sampling=sampling)
-        res = {}
-        for agg, kl in (("token", 0.0), ("sequence", 0.1), ("fixed", 0.0)):
-            algo = ALGORITHMS["grpo"](aggregation=agg, kl={"coef": kl})
-            ref = FrozenRole(copy.deepcopy(model), temperature=1.0) if kl else None
-            # "fixed" also runs a cosine schedule over 6 steps (rl.lr_schedule), read back from both sides below
-            sched = {"schedule": {"kind": "cosine", "steps": 6, "min_ratio": 0.1}} if agg == "fixed" else {}
-            single = Roles(PolicyRole(copy.deepcopy(model), **kw, **sched), ref)
-            sharded = Roles(ShardedPolicyRole(copy.deepcopy(model), **kw, **sched, ranks=2, threads=1), ref)
-            for step in range(2):
-                ctx = StepContext(max_tokens=64, step=step)
-                torch.manual_seed(step)
-                s1, a1 = rl_update(algo, single, batch, batch.reward_B, minibatches=2, ctx=ctx)
-                single.policy.scheduler.step()
-                torch.manual_seed(step)
-                s2, a2 = sharded_rl_update(algo, sharded, batch, batch.reward_B, minibatches=2, ctx=ctx)
-                sharded.policy.scheduler.step()
-                w1, w2 = single.policy.model.state_dict(), sharded.policy.model.state_dict()
-                res[agg, step] = {
-                    "diff": max(float((w1[k] - w2[k]).abs().max()) for k in w1),
-                    "moved": max(float((w1[k] - v).abs().max()) for k, v in model.state_dict().items()),
-                    "adv": float((a1 - a2).abs().max()), "loss": (s1["loss"], s2["loss"]),
-                    "grad_norm": (s1["grad_norm"], s2["grad_norm"]), "updates": (s1["updates"], s2["updates"])}
-            o1, o2 = single.policy.state_dict(), sharded.policy.state_dict()
-            res[agg, "optim"] = max(float((o1["optimizer"]["state"][i][n] - o2["optimizer"]["state"][i][n]).abs().max())
-                                    for i in o1["optimizer"]["state"] for n in ("exp_avg", "exp_avg_sq"))
-            res[agg, "sched"] = (o1["scheduler"]["last_epoch"], o2["scheduler"]["last_epoch"])
-            if sched:
-                for _ in range(3):
-                    single.policy.scheduler.step()
-                    sharded.policy.scheduler.step()
-                res["cosine_lr"] = (single.policy.state_dict()["scheduler"]["_last_lr"][0],
-                                    sharded.policy.state_dict()["scheduler"]["_last_lr"][0])
-            if agg == "token":  # resume: the single-process checkpoint state, restored on 2 ranks, takes the same 3rd step
-                resumed = Roles(ShardedPolicyRole(copy.deepcopy(single.policy.model), **kw, state=o1, ranks=2, threads=1))
-                ctx = StepContext(max_tokens=64, step=2)
-                torch.manual_seed(2)
-                rl_update(algo, single, batch, batch.reward_B, minibatches=2, ctx=ctx)
-                torch.manual_seed(2)
-                sharded_rl_update(algo, resumed, batch, batch.reward_B, minibatches=2, ctx=ctx)
-                w1, w2 = single.policy.model.state_dict(), resumed.policy.model.state_dict()
-                res["resumed"] = max(float((w1[k] - w2[k]).abs().max()) for k in w1)
         learner_group(2, 1).close()
         out.put(res)
     except BaseException as e:  # noqa: BLE001 - reported to the test
@@ -113,19 +98,66 @@ def _controller(out) -> None:
         out.put(traceback.format_exc() + repr(e))
 
 
+def max_diff(a: dict, b: dict) -> float:
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def _grpo_cases():
+    """Rank 0: the single-process update beside the 2-rank sharded one, both through `rl_update`."""
+    from tracerl.train.fsdp_group import ShardedPolicyRole
+    from tracerl.train.roles import FrozenRole, PolicyRole, Roles
+    from tracerl.train.shared_prefix import split_levels
+    from tracerl.train.update import rl_update
+
+    model, batch = tiny_model(), _batch()
+    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
+    kw = dict(lr=3e-3, max_grad_norm=0.05, sampling=sampling)
+    res = {"levels": split_levels(batch.ids_BT[[0, 1, 7]], batch.attn_BT[[0, 1, 7]], batch.action_BT[[0, 1, 7]])}
+    for agg, kl in (("token", 0.0), ("sequence", 0.1), ("fixed", 0.0)):
+        algo = ALGORITHMS["grpo"](aggregation=agg, kl={"coef": kl})
+        ref = FrozenRole(copy.deepcopy(model), temperature=1.0) if kl else None
+        # "fixed" also runs a cosine schedule over 6 steps (rl.lr_schedule), read back from both sides below
+        sched = {"schedule": {"kind": "cosine", "steps": 6, "min_ratio": 0.1}} if agg == "fixed" else {}
+        single = Roles(PolicyRole(copy.deepcopy(model), **kw, **sched), ref)
+        sharded = Roles(ShardedPolicyRole(copy.deepcopy(model), **kw, **sched, ranks=2, threads=1), ref)
+        for step in range(2):
+            ctx = StepContext(max_tokens=64, step=step)
+            torch.manual_seed(step)
+            s1, a1 = rl_update(algo, single, batch, batch.reward_B, minibatches=2, ctx=ctx)
+            single.policy.scheduler.step()
+            torch.manual_seed(step)
+            s2, a2 = rl_update(algo, sharded, batch, batch.reward_B, minibatches=2, ctx=ctx)
+            sharded.policy.scheduler.step()
+            w1, w2 = single.policy.model.state_dict(), sharded.policy.model.state_dict()
+            res[agg, step] = {
+                "diff": max_diff(w1, w2), "moved": max_diff(w1, model.state_dict()),
+                "adv": float((a1 - a2).abs().max()), "loss": (s1["loss"], s2["loss"]),
+                "grad_norm": (s1["grad_norm"], s2["grad_norm"]), "updates": (s1["updates"], s2["updates"])}
+        o1, o2 = single.policy.state_dict(), sharded.policy.state_dict()
+        res[agg, "optim"] = max(float((o1["optimizer"]["state"][i][n] - o2["optimizer"]["state"][i][n]).abs().max())
+                                for i in o1["optimizer"]["state"] for n in ("exp_avg", "exp_avg_sq"))
+        res[agg, "sched"] = (o1["scheduler"]["last_epoch"], o2["scheduler"]["last_epoch"])
+        if sched:
+            for _ in range(3):
+                single.policy.scheduler.step()
+                sharded.policy.scheduler.step()
+            res["cosine_lr"] = (single.policy.state_dict()["scheduler"]["_last_lr"][0],
+                                sharded.policy.state_dict()["scheduler"]["_last_lr"][0])
+        if agg == "token":  # resume: the single-process checkpoint state, restored on 2 ranks, takes the same 3rd step
+            resumed = Roles(ShardedPolicyRole(copy.deepcopy(single.policy.model), **kw, state=o1, ranks=2, threads=1))
+            ctx = StepContext(max_tokens=64, step=2)
+            torch.manual_seed(2)
+            rl_update(algo, single, batch, batch.reward_B, minibatches=2, ctx=ctx)
+            torch.manual_seed(2)
+            rl_update(algo, resumed, batch, batch.reward_B, minibatches=2, ctx=ctx)
+            res["resumed"] = max_diff(single.policy.model.state_dict(), resumed.policy.model.state_dict())
+    return res
+
+
 @pytest.mark.timeout(600)  # ~20 s of wall time on an idle 2-core machine; generous for a loaded one
 def test_two_rank_fsdp_update_equals_single_process():
-    ctx = multiprocessing.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=_controller, args=(q,))
-    p.start()
-    try:
-        res = q.get(timeout=540)
-        p.join(timeout=60)
-    finally:
-        if p.is_alive():
-            p.kill()
-    assert not isinstance(res, str), res
+    res = run_controller(_grpo_cases)
+    assert res["levels"] == [SYSTEM, SYSTEM + 8]  # the rows' shared prefixes are split (at the default share_prefix)
     for agg in ("token", "sequence", "fixed"):
         for step in range(2):
             r = res[agg, step]
@@ -140,30 +172,29 @@ def test_two_rank_fsdp_update_equals_single_process():
     assert res["cosine_lr"] == pytest.approx((3e-3 * 0.325, 3e-3 * 0.325), rel=1e-9)
 
 
-def test_learner_ranks_selects_the_sharded_learner():
-    from tracerl.train.fsdp_group import ShardedPolicyRole, sharded_rl_update
-    from tracerl.train.learner import _policy_role
+def test_learner_ranks_selects_the_sharded_policy_and_one_update():
+    from tracerl.train.fsdp_group import ShardedPolicyRole
+    from tracerl.train.learner import Learner, _policy_role
     from tracerl.train.roles import PolicyRole
+    from tracerl.train.update import rl_update
 
-    assert _policy_role(load_recipe("smoke")) == (PolicyRole, None)
-    role, update = _policy_role(load_recipe("smoke", ["learner.ranks=2", "run.threads=1"]))
-    assert update is sharded_rl_update and role.func is ShardedPolicyRole
-    assert role.keywords == {"ranks": 2, "threads": 1}
+    assert _policy_role(load_recipe("smoke")) is PolicyRole
+    role = _policy_role(load_recipe("smoke", ["learner.ranks=2", "run.threads=1"]))
+    assert role.func is ShardedPolicyRole and role.keywords == {"ranks": 2, "threads": 1}
+    assert Learner.update is rl_update  # one RL step, whatever the placement
 
 
-@pytest.mark.parametrize("override, words", [
-    (["rl.mode=async"], "rl.mode: async"),
-    (["rl.algorithm.name=ppo"], "critic"),
-    (["rl.algorithm.nll.coef=0.1"], "nll"),
-    (["rl.algorithm.correction.kind=mis"], "correction: mis"),
+@pytest.mark.parametrize("override", [
+    ["rl.mode=async"], ["rl.algorithm.name=ppo"], ["rl.algorithm.name=prime"],
+    ["rl.algorithm.name=mopd", "roles.teachers=[{name: t, path: unused}]"],
+    ["rl.algorithm.nll.coef=0.1"], ["rl.algorithm.correction.kind=mis"],
+    ["rl.algorithm.clip_cov={ratio: 0.2}"], ["rl.algorithm.kl_cov={k: 0.2}"],
 ])
-def test_unsupported_combinations_refused_at_load(override, words):
-    with pytest.raises(UserError, match=words):
-        load_recipe("smoke", ["learner.ranks=2", *override])
-    load_recipe("smoke", ["learner.ranks=2"])  # the smoke recipe itself runs sharded
+def test_what_was_refused_now_loads_with_two_ranks(override):
+    assert load_recipe("smoke", ["learner.ranks=2", *override]).learner.ranks == 2
 
 
-def test_lora_and_gpu_placement_refused():
+def test_only_a_gpu_placement_is_refused():
     # the placement keys (model.lora, model.device) come from another branch: checked where present
     import types
 
@@ -172,6 +203,6 @@ def test_lora_and_gpu_placement_refused():
     recipe = load_recipe("smoke", ["learner.ranks=2"])
     fake = lambda **model: types.SimpleNamespace(learner=recipe.learner, rl=recipe.rl,  # noqa: E731
                                                  model=types.SimpleNamespace(**model))
-    assert "model.lora" in check_learner(fake(lora={"r": 8}))
     assert "model.device 'cuda:0'" in check_learner(fake(device="cuda:0"))
+    assert check_learner(fake(device="cpu", lora={"r": 8})) is None
     assert check_learner(fake(device="cpu", lora=None)) is None

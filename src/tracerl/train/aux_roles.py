@@ -24,7 +24,7 @@ from tracerl.models.device import model_device
 from tracerl.models.precision import forward_context
 from tracerl.train.checkpoint import freeze
 from tracerl.train.model_setup import place_role
-from tracerl.train.optim import make_optimizer, warmup_constant
+from tracerl.train.optim import make_optimizer, optimizer_step, warmup_constant
 from tracerl.train.roles import FrozenRole, score_actions
 
 
@@ -50,11 +50,8 @@ class _Trained:
         self.scheduler = warmup_constant(self.optimizer, warmup=warmup)
 
     def step(self, loss: torch.Tensor) -> float:
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.max_grad_norm)
-        self.optimizer.step()
-        return float(gnorm)
+        """One optimizer step on `loss` (`optimizer_step`); returns the gradient norm before clipping."""
+        return optimizer_step(self.optimizer, self.module.parameters(), loss, self.max_grad_norm)
 
     def state_dict(self) -> dict:
         return {"weights": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),

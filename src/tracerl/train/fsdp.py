@@ -1,9 +1,11 @@
 """The sharded policy of the FSDP2 learner (`learner.ranks > 1`): one copy of the policy per rank,
 its parameters, gradients and AdamW moments sharded over the process group by `fully_shard`.
 
-Data parallel over the `Batch`'s rows: every rank holds the whole batch (advantages are computed
-on whole groups, before the update) and each of the `minibatches` optimizer steps splits its
-rows across the ranks (`idx[rank::world]`). The rank's loss keeps the single-process normaliser:
+Every rank runs the one minibatch loop, `train/update.py` `policy_steps`, with the same arguments;
+`ShardedPolicy` is what it trains there (`score`, `step`, `module`). Data parallel over the
+`Batch`'s rows when the loss is `row_separable`: each of the `minibatches` optimizer steps splits
+its rows across the ranks (`idx[rank::world]`), and the rank's loss keeps the single-process
+normaliser:
 
     token     Σ_{its rows} m·ℓ · n / N_tokens       (N_tokens: the mask's sum over the whole batch)
     sequence  Σ_{its rows} ℓ̄_i · n / N_rows          (N_rows: eligible responses in the whole batch)
@@ -14,27 +16,27 @@ algorithm's per-shard mean back into a sum over the shard, so the ranks' losses 
 single-process loss (a mean of per-rank means would not: it weights a short shard like a long
 one). FSDP's reduce-scatter averages the gradients, so each rank back-propagates `world` times its
 share (a divide factor of 1 would need ReduceOp.PREMUL_SUM, which gloo lacks); the gradient norm is
-clipped over the full sharded parameters (DTensor grads), and AdamW steps each shard. Losses
-whose normaliser is not a per-row count (MIS's narrowed mask, the NLL term's successful-token
-mean, Clip-Cov/KL-Cov's batch-wide token choice) do not split this way and are refused when the
-recipe loads (`learner_config.py`).
+clipped over the full sharded parameters (DTensor grads, `optimizer_step`), and AdamW steps each
+shard. Losses whose normaliser is not a per-row count (MIS's narrowed mask, the NLL term's
+successful-token mean, Clip-Cov/KL-Cov's minibatch-wide token choice, MOPD's ratio band) run the
+whole minibatch on every rank instead: the same result, not data-parallel.
+
+LoRA (`model.lora`): the peft-injected model is sharded like any other, its frozen base weights and
+trainable adapter weights in the same FSDP2 units; only the adapter's gradients exist, are reduced
+and are stepped (`make_optimizer` holds only them).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
                                                      set_optimizer_state_dict)
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
 
 from tracerl.algorithms.batch import Batch
-from tracerl.algorithms.losses.corrections import effective_sample_size
-from tracerl.algorithms.spec import Algorithm, PolicyOutput, StepContext
-from tracerl.train.optim import make_optimizer, rl_schedule
+from tracerl.algorithms.spec import PolicyOutput
+from tracerl.train.optim import make_optimizer, optimizer_step, rl_schedule
 from tracerl.train.roles import score_actions
-from tracerl.train.update import minibatch_scale
 
 _PREFIX = "model."  # parameter names under the scorer wrapper
 
@@ -47,18 +49,21 @@ class _Scorer(torch.nn.Module):
         super().__init__()
         self.model, self.sampling = model, sampling
 
-    def forward(self, batch: Batch):
-        out = score_actions(self.model, batch, **self.sampling)
-        return out.logprobs_BT, out.full_logprobs_BT, out.entropy_BT
+    def forward(self, batch: Batch, support: torch.Tensor | None = None):
+        out = score_actions(self.model, batch, **self.sampling, support=support)
+        return out.logprobs_BT, out.full_logprobs_BT, out.entropy_BT, out.support_logprobs_BTK, out.support_ids_BTK
 
 
 class ShardedPolicy:
-    """One rank's share of the policy: FSDP2 over `mesh`, each decoder layer its own unit; the
-    AdamW optimizer and warm-up schedule of the single-process `PolicyRole`, on the shards."""
+    """One rank's share of the policy: FSDP2 over `mesh` (with shared-prefix scoring one unit, else each
+    decoder layer its own); the AdamW optimizer and warm-up schedule of the single-process `PolicyRole`,
+    on the shards."""
 
     def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, mesh, schedule: dict | None = None):
         self.max_grad_norm = max_grad_norm
-        self.names = [n for n, _ in model.named_parameters()]  # the single-process optimizer's parameter order
+        # the single-process optimizer's parameter order (`make_optimizer`: the trainable ones, all but a
+        # LoRA model's frozen base weights)
+        self.names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.scorer = _Scorer(model, {k: sampling[k] for k in ("temperature", "top_p", "top_k", "share_prefix") if k in sampling})
         decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
         # Shared-prefix scoring runs each decoder layer several times per forward and hands the KV cache
@@ -73,17 +78,18 @@ class ShardedPolicy:
         self.optimizer = make_optimizer(self.scorer, lr)
         self.scheduler = rl_schedule(self.optimizer, schedule)
 
-    def score(self, batch: Batch) -> PolicyOutput:
-        lp, full, ent = self.scorer(batch)
-        return PolicyOutput(logprobs_BT=lp, full_logprobs_BT=full, entropy_BT=ent)
+    @property
+    def module(self) -> torch.nn.Module:
+        return self.scorer
+
+    def score(self, batch: Batch, support: torch.Tensor | None = None) -> PolicyOutput:
+        lp, full, ent, sup_lp, sup_ids = self.scorer(batch, support)
+        return PolicyOutput(logprobs_BT=lp, full_logprobs_BT=full, entropy_BT=ent, support_logprobs_BTK=sup_lp,
+                            support_ids_BTK=sup_ids)
 
     def step(self, loss: torch.Tensor) -> float:
-        """One optimizer step on this rank's loss; returns the global gradient norm before clipping."""
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(self.scorer.parameters(), self.max_grad_norm)
-        self.optimizer.step()
-        return float(gnorm.full_tensor() if isinstance(gnorm, DTensor) else gnorm)
+        """One optimizer step on this rank's loss (`optimizer_step`); returns the global gradient norm before clipping."""
+        return optimizer_step(self.optimizer, self.scorer.parameters(), loss, self.max_grad_norm)
 
     # -- full tensors (collectives: every rank calls them; rank 0 gets the tensors) ----------------
     def full_weights(self) -> dict[str, torch.Tensor]:
@@ -110,56 +116,3 @@ class ShardedPolicy:
                                 for g in opt["param_groups"]]}
         set_optimizer_state_dict(self.scorer, self.optimizer, osd, options=StateDictOptions(full_state_dict=True))
         self.scheduler.load_state_dict(state["scheduler"])
-
-
-def _all_reduce(x: torch.Tensor, group) -> torch.Tensor:
-    dist.all_reduce(x, group=group)
-    return x
-
-
-def sharded_policy_steps(algo: Algorithm, policy: ShardedPolicy, batch: Batch, rewards_B: torch.Tensor,
-                         scores: dict[str, torch.Tensor], adv_BT: torch.Tensor, slices: list[torch.Tensor], *,
-                         minibatches: int, ctx: StepContext, group=None) -> dict[str, float]:
-    """The policy's optimizer steps of `rl_update`, this rank's rows of each minibatch.
-
-    Every rank calls it with the same arguments (`slices`: the rows of each minibatch, as the
-    single-process update's `minibatch_rows` chose them). A rank left without rows in a minibatch
-    still runs its forward and backward on one row at zero weight, so the collectives line up. Returns the step's stats as
-    `rl_update` reports them: `loss` the sum over ranks (the single-process loss), the other loss
-    stats averaged over ranks weighted by their loss tokens, `grad_norm` the global norm.
-    """
-    rank, world = dist.get_rank(group), dist.get_world_size(group)
-    mask = batch.mask_BT
-    eligible = (batch.weight_B > 0) & (mask.sum(dim=1) > 0)
-    full_tokens, full_rows = float(mask.sum()), float(eligible.sum())
-    ratios, acc, steps = [], {}, 0
-    policy.scorer.train()
-    for idx in slices:
-        mine = idx[rank::world]
-        share = 1.0 if mine.numel() else 0.0
-        mine = mine if mine.numel() else idx[:1]
-        mb = batch.rows(mine)
-        T = mb.ids_BT.shape[1]
-        out = policy.score(mb)
-        loss, s = algo.loss(mb, out, {n: v[mine, :T] for n, v in scores.items()}, adv_BT[mine, :T], rewards_B[mine], ctx)
-        loss = loss * minibatch_scale(algo.aggregation, mb.mask_BT, full_tokens, full_rows, minibatches) * share
-        grad_norm = policy.step(loss * world)  # FSDP averages the ranks' gradients; the objective is their sum
-        sel = mb.mask_BT > 0
-        if share:
-            ratios.append(torch.exp(out.logprobs_BT.detach() - mb.behavior_BT)[sel])
-        s = {n: float(v) for n, v in s.items() if torch.as_tensor(v).numel() == 1}
-        w = float(sel.sum()) * share
-        names = sorted(s)
-        vec = _all_reduce(torch.tensor([float(loss.detach()), w] + [s[n] * w for n in names], dtype=torch.float64), group)
-        s = {n: float(vec[2 + i] / max(float(vec[1]), 1e-12)) for i, n in enumerate(names)}
-        s |= {"loss": float(vec[0]), "grad_norm": grad_norm}
-        for n, v in s.items():
-            acc[n] = acc.get(n, 0.0) + v
-        steps += 1
-    policy.scorer.eval()
-    out_stats = {n: v / steps for n, v in acc.items()}
-    gathered: list = [None] * world
-    dist.all_gather_object(gathered, torch.cat(ratios) if ratios else torch.zeros(0), group=group)
-    w = torch.cat(gathered)
-    out_stats |= {k: float(v) for k, v in effective_sample_size(w, torch.ones_like(w)).items()}
-    return out_stats | {"updates": float(steps), "trained_rows": float(sum(s.numel() for s in slices))}

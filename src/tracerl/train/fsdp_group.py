@@ -1,19 +1,24 @@
 """The FSDP2 learner's process group (`learner.ranks: N`, gloo on CPU): the trainer's own process
 is rank 0 and starts N − 1 learner worker processes the first time an RL stage needs them.
 
-Rank 0 stays the single controller: it plays the rollouts, collates the `Batch`, computes the
-no-gradient scores (reference, proximal) with its full copy of the policy and the advantages on
-whole groups, exactly as `rl_update` does, then broadcasts one `update` command; every rank takes
-its rows of each minibatch (`train/fsdp.py`) and the step ends with the full weights gathered to
-rank 0 and loaded into the rollout engine's model — the next version's weights, before the next
-rollout. Workers only answer commands (build, update, scheduler step, state); they write nothing.
+Rank 0 stays the single controller and runs the one RL step, `rl_update` (sync or async loop
+alike): it plays the rollouts, collates the `Batch`, computes the no-gradient scores (reference,
+proximal, teachers) with its full copy of the policy, trains the auxiliary roles (critic, PRM),
+computes the advantages on whole groups and chooses each minibatch's rows; then
+`ShardedPolicyRole.train_steps` broadcasts one `update` command and every rank runs the one
+minibatch loop, `policy_steps` (`train/update.py`), on its share of the policy (`train/fsdp.py`).
+The step ends with the full weights gathered to rank 0 and loaded into the rollout engine's model —
+the next version's weights, before the next rollout. Workers only answer commands (build, update,
+scheduler step, state); they write nothing.
+
+The auxiliary roles (critic, PRM, teachers, reference) are replicated roles: one copy each, in the
+driver process, trained there exactly as in a single-process run; only the policy is sharded.
 """
 
 from __future__ import annotations
 
 import atexit
 import copy
-import dataclasses
 import datetime
 import socket
 import traceback
@@ -25,9 +30,9 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from tracerl.algorithms.batch import Batch
 from tracerl.algorithms.spec import Algorithm, PolicyOutput, StepContext
-from tracerl.train.fsdp import ShardedPolicy, sharded_policy_steps
-from tracerl.train.roles import Roles, score_actions
-from tracerl.train.update import minibatch_rows
+from tracerl.train.fsdp import ShardedPolicy
+from tracerl.train.roles import score_actions
+from tracerl.train.update import policy_steps
 
 _TIMEOUT = datetime.timedelta(minutes=30)
 _GROUP: LearnerGroup | None = None
@@ -61,8 +66,9 @@ class _Rank:
                 self.policy.load_state_dict(kw["state"])
             return None
         if op == "update":
-            stats = sharded_policy_steps(kw["algo"], self.policy, kw["batch"], kw["rewards"], kw["scores"], kw["adv"],
-                                         kw["slices"], minibatches=kw["minibatches"], ctx=kw["ctx"])
+            stats = policy_steps(kw["algo"], self.policy, kw["batch"], kw["rewards"], kw["scores"], kw["adv"],
+                                 kw["slices"], minibatches=kw["minibatches"], ctx=kw["ctx"], rank=dist.get_rank(),
+                                 world=dist.get_world_size())
             return stats, self.policy.full_weights()
         if op == "scheduler":
             return self.policy.scheduler.step()
@@ -147,28 +153,19 @@ class ShardedPolicyRole:
                         schedule=schedule)
         self.scheduler = _Scheduler(self.group)
 
-    def score(self, batch: Batch) -> PolicyOutput:
-        return score_actions(self.model, batch, **self.scoring)
+    def score(self, batch: Batch, support: torch.Tensor | None = None) -> PolicyOutput:
+        return score_actions(self.model, batch, **self.scoring, support=support)
+
+    def train_steps(self, algo: Algorithm, batch: Batch, rewards_B: torch.Tensor, scores: dict[str, torch.Tensor],
+                    adv_BT: torch.Tensor, slices: list[torch.Tensor], *, minibatches: int,
+                    ctx: StepContext) -> dict[str, float]:
+        """`PolicyRole.train_steps` on the ranks: each runs `policy_steps` (rank 0 on the arguments themselves,
+        so the step's generator advances here as in one process; the workers on pickled copies), then the
+        gathered full weights are loaded into `model`, from which the rollout engine samples the next version."""
+        stats, weights = self.group.call("update", algo=algo, batch=batch, rewards=rewards_B, scores=scores,
+                                         adv=adv_BT, slices=slices, minibatches=minibatches, ctx=ctx)
+        self.model.load_state_dict(weights)
+        return stats
 
     def state_dict(self) -> dict:
         return self.group.call("state")
-
-
-def sharded_rl_update(algo: Algorithm, roles: Roles, batch: Batch, rewards_B: torch.Tensor, *, minibatches: int,
-                      ctx: StepContext, whole_groups: bool = False) -> tuple[dict[str, float], torch.Tensor]:
-    """`rl_update` with the policy's optimizer steps sharded over the learner group (roles.policy is a
-    `ShardedPolicyRole`); the scores, advantages, row choice and order are `rl_update`'s own."""
-    mask = batch.mask_BT
-    eligible = (batch.weight_B > 0) & (mask.sum(dim=1) > 0)
-    scores = roles.scores(batch, algo.needs())
-    adv_BT, out_stats = algo.advantages(batch, rewards_B, scores)
-    rows = eligible & ((adv_BT != 0).any(dim=1) | algo.every_row)
-    if not rows.any() or roles.warming_up(ctx.step):
-        return out_stats, adv_BT
-    keep = rows.nonzero().flatten()
-    slices = minibatch_rows(batch, keep, minibatches, whole_groups=whole_groups)
-    stats, weights = roles.policy.group.call("update", algo=algo, batch=batch, rewards=rewards_B, scores=scores,
-                                             adv=adv_BT, slices=slices, minibatches=minibatches,
-                                             ctx=dataclasses.replace(ctx, generator=None))
-    roles.policy.model.load_state_dict(weights)  # the rollout engine samples the next version from these
-    return out_stats | stats, adv_BT

@@ -27,12 +27,12 @@ class Learner:
     audits: AuditReplay
     probe: ProbeReplay
     classify: object
-    update: Callable = rl_update  # the policy update (train/update.py; sharded: train/fsdp_group.py)
+    update: Callable = rl_update  # the one RL step (train/update.py), whatever the policy role's placement
 
 
 def build_learner(recipe, algo, model, tokenizer, *, spec, state, reference, stage_index: int) -> Learner:
     cfg = recipe.rl
-    policy, sharded = _policy_role(recipe)
+    policy = _policy_role(recipe)
     schedule = {"kind": cfg.lr_schedule, "steps": cfg.steps, "min_ratio": cfg.min_lr_ratio}
     roles = Roles(policy(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=recipe.sampling.model_dump(),
                          state=(state.roles_state or {}).get("policy"), share_prefix=recipe.learner.share_prefix,
@@ -50,14 +50,14 @@ def build_learner(recipe, algo, model, tokenizer, *, spec, state, reference, sta
     if state.gate_state:
         gates.load_state_dict(state.gate_state)
     return Learner(roles, astate, LoopBudgets.from_env(recipe.env), gates, AuditReplay.for_run(spec, recipe.gates),
-                   ProbeReplay.for_run(recipe.gates), tag_classifier(tokenizer_pieces(tokenizer)),
-                   **({"update": sharded} if sharded else {}))
+                   ProbeReplay.for_run(recipe.gates), tag_classifier(tokenizer_pieces(tokenizer)))
 
 
 def _policy_role(recipe):
-    """(policy role class, update function or None): `learner.ranks > 1` shards the policy (train/fsdp_group.py)."""
+    """The policy role's class: `learner.ranks > 1` shards the policy over a learner group (train/fsdp_group.py);
+    the update is `rl_update` either way, and the auxiliary roles stay in this process."""
     if recipe.learner.ranks == 1:
-        return PolicyRole, None
-    from tracerl.train.fsdp_group import ShardedPolicyRole, sharded_rl_update
+        return PolicyRole
+    from tracerl.train.fsdp_group import ShardedPolicyRole
 
-    return functools.partial(ShardedPolicyRole, ranks=recipe.learner.ranks, threads=recipe.run.threads), sharded_rl_update
+    return functools.partial(ShardedPolicyRole, ranks=recipe.learner.ranks, threads=recipe.run.threads)

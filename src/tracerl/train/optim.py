@@ -13,6 +13,18 @@ def make_optimizer(model, lr: float, weight_decay: float = 0.0) -> torch.optim.O
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
 
 
+def optimizer_step(optimizer: torch.optim.Optimizer, params, loss: torch.Tensor, max_grad_norm: float) -> float:
+    """The one optimizer step of every trained model (the policy, single-process or sharded; the critic, the
+    PRM): zero the gradients, back-propagate `loss`, clip the gradient norm of `params` to `max_grad_norm`,
+    step. Returns the global gradient norm before clipping: under FSDP2 the gradients are DTensor shards
+    and `clip_grad_norm_` returns the norm as a DTensor, which is read back in full."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    gnorm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    optimizer.step()
+    return float(gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm)
+
+
 def warmup_cosine(optimizer, total_steps: int, warmup: int, *, floor: float = 0.1):
     """Linear warm-up to the peak, then cosine decay to `floor` × peak."""
 

@@ -22,7 +22,7 @@ from tracerl.algorithms.spec import PolicyOutput
 from tracerl.models.device import batch_to, model_device
 from tracerl.models.lora import reference_view
 from tracerl.models.precision import forward_context
-from tracerl.train.optim import make_optimizer, rl_schedule
+from tracerl.train.optim import make_optimizer, optimizer_step, rl_schedule
 from tracerl.train.shared_prefix import shared_prefix_hidden
 
 
@@ -117,13 +117,21 @@ class PolicyRole:
     def score(self, batch: Batch, support: torch.Tensor | None = None) -> PolicyOutput:
         return score_actions(self.model, batch, **self.scoring, support=support)
 
+    @property
+    def module(self) -> torch.nn.Module:
+        """The module the optimizer steps (train / eval mode around the policy's steps)."""
+        return self.model
+
     def step(self, loss: torch.Tensor) -> float:
-        """One optimizer step on `loss`; returns the gradient norm before clipping."""
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        self.optimizer.step()
-        return float(gnorm)
+        """One optimizer step on `loss` (`optimizer_step`); returns the gradient norm before clipping."""
+        return optimizer_step(self.optimizer, self.model.parameters(), loss, self.max_grad_norm)
+
+    def train_steps(self, algo, batch: Batch, rewards_B: torch.Tensor, scores: dict[str, torch.Tensor],
+                    adv_BT: torch.Tensor, slices: list[torch.Tensor], *, minibatches: int, ctx) -> dict[str, float]:
+        """The policy's optimizer steps of `rl_update`, one per slice (`train/update.py` `policy_steps`), here."""
+        from tracerl.train.update import policy_steps
+
+        return policy_steps(algo, self, batch, rewards_B, scores, adv_BT, slices, minibatches=minibatches, ctx=ctx)
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
