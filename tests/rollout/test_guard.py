@@ -8,12 +8,12 @@ import pytest
 
 from tracerl.algorithms.batch import collate
 from tracerl.contract import TerminalReason
+from tracerl.contract.task import Task
 from tracerl.envs import EnvSpec, Step, get_env
 from tracerl.faults import FaultsConfig, count_faults, wrap_engine
 from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
 from tracerl.rollout.engine import StatelessSession
 from tracerl.rollout.guard import Watchdog
-from tracerl.tasks.task import Task
 
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
 BUDGETS = LoopBudgets(max_turns=1, max_tokens=96, max_new_tokens=6)

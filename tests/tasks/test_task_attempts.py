@@ -9,7 +9,7 @@ from tracerl.envs.math_tool import MathToolEnv
 from tracerl.rollout import LoopBudgets
 from tracerl.rollout.engine import Sample
 from tracerl.tasks import profile
-from tracerl.tasks.attempts import engine_attempt_fn
+from tracerl.rollout.attempts import engine_attempt_fn
 
 
 class ScriptedEngine:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tracerl.config import load_recipe
+from tracerl.contract.task import Task
 from tracerl.errors import UserError
 from tracerl.store import Store
 from tracerl.tasks import UniformSampler
-from tracerl.tasks.task import Task
 from tracerl.train.multienv import EnvMixtureSampler
 
 MINI = str(Path(__file__).with_name("multi_env_mini.yaml"))

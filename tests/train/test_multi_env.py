@@ -70,7 +70,7 @@ def _tasks(env, n):
 
 
 def test_mixture_sampler_tracks_the_target_shares_exactly():
-    from tracerl.tasks.task import Task
+    from tracerl.contract.task import Task
 
     pools = {e: [Task(id=f"{e}-{i}", source=e, prompt="p") for i in range(10)] for e in ("a", "b", "c")}
     s = EnvMixtureSampler({e: UniformSampler(ts, seed=1) for e, ts in pools.items()}, {"a": 2, "b": 1, "c": 1})

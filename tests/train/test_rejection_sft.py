@@ -5,10 +5,10 @@ import json
 from tracerl.cli import main
 from tracerl.contract import TerminalReason
 from tracerl.contract.roles import TokenRole
+from tracerl.contract.task import Task
 from tracerl.envs import EnvSpec, Step, get_env
 from tracerl.rollout import LoopBudgets
 from tracerl.rollout.sampling import Sample
-from tracerl.tasks.task import Task
 from tracerl.train.rejection import rejection_sample
 
 # per task, the four completions the scripted policy writes (row i of the batch = task i // 4, sample i % 4)

@@ -87,7 +87,7 @@ def _role(tok, mode):
 
 def test_replace_mode_trains_on_the_judge_and_names_it(tiny):
     _, tok = tiny
-    from tracerl.tasks.task import Task
+    from tracerl.contract.task import Task
 
     tasks = [Task(id=f"k{i}", source="s", prompt="What is 2 + 3?", answer=5) for i in range(3)]
     # answers 5 (correct, judge no), 7 (wrong, judge yes: a false positive), 57 (wrong, judge yes)
@@ -108,7 +108,7 @@ def test_replace_mode_trains_on_the_judge_and_names_it(tiny):
 
 def test_calibrate_mode_keeps_the_reward(tiny):
     _, tok = tiny
-    from tracerl.tasks.task import Task
+    from tracerl.contract.task import Task
 
     tasks = [Task(id=f"k{i}", source="s", prompt="q", answer=7) for i in range(2)]
     trajs = [_traj(tok, 0, 7, True), _traj(tok, 1, 3, False)]

@@ -81,8 +81,7 @@ def render_trajectory(traj, tokenizer, *, logprobs: bool, where: str = "", credi
     from rich.panel import Panel
     from rich.text import Text
 
-    from tracerl.contract import TokenRole
-    from tracerl.telemetry.episodes import is_correct
+    from tracerl.contract import TokenRole, is_success
 
     comps = ", ".join(f"{k}={v:g}×{traj.reward_weights.get(k, 0):g}" for k, v in traj.reward_components.items())
     versions = sorted({v for v in traj.policy_versions if v >= 0})
@@ -90,7 +89,7 @@ def render_trajectory(traj, tokenizer, *, logprobs: bool, where: str = "", credi
     head = Text()
     head.append(f"reward {traj.reward:g}", style="bold")
     head.append(f" ({comps})  " if comps else "  ")
-    head.append("correct" if is_correct(traj) else "not correct", style="green" if is_correct(traj) else "red")
+    head.append("correct" if is_success(traj) else "not correct", style="green" if is_success(traj) else "red")
     head.append(f"  ending {reason}" + ("  TRUNCATED" if traj.truncated else ""), style="bold red" if traj.truncated or reason == "infra_failure" else "")
     head.append(f"\ntask {traj.task_id}  group {traj.group_id}  env {traj.env_name} {traj.env_revision}  "
                 f"tokens {len(traj)} ({traj.num_action_tokens} action)  policy versions {versions or '-'}"
@@ -156,7 +155,7 @@ def run(args) -> int:
     from rich.console import Console
 
     from tracerl.store.sqlite import Store
-    from tracerl.telemetry.episodes import is_correct
+    from tracerl.contract import is_success
 
     run_path = Path(args.run_dir)
     store_path = run_path / "store.sqlite"
@@ -179,7 +178,7 @@ def run(args) -> int:
         raise UserError(f"no {what} in {run_path}; `tracerl export {run_path}` lists what is stored")
     total = len(trajs)
     if args.failures:
-        trajs = [t for t in trajs if not is_correct(t)]
+        trajs = [t for t in trajs if not is_success(t)]
     if args.truncated:
         trajs = [t for t in trajs if t.truncated]
     if args.tool_errors:

@@ -109,13 +109,14 @@ def _with_filter_overrides(cfg, items: list[str]):
 
 
 def run_stats(args) -> int:
+    from tracerl.envs import get_env
     from tracerl.tasks.pipeline import build_pool, distribution, format_distributions, format_source_shares
     from tracerl.tasks.profile import DifficultyProfile
 
     cfg, _ = resolve_target(args.target, args.license)
     cfg = _with_filter_overrides(cfg, args.filter)
     prof = DifficultyProfile.load(args.profile) if args.profile else None
-    pool = build_pool(cfg, profile=prof)
+    pool = build_pool(cfg, profile=prof, generator_of=get_env)
     print(format_distributions(distribution(pool.loaded, pool.profile), distribution(pool.kept, pool.profile)))
     print()
     print(format_source_shares(pool.loaded, pool.kept, cfg.sampler.weights))
@@ -140,13 +141,14 @@ def run_profile(args) -> int:
     from tracerl.envs import get_env
     from tracerl.models import load_model_and_tokenizer, tokenizer_hashes
     from tracerl.rollout import LoopBudgets, TorchEngine
-    from tracerl.tasks.attempts import engine_attempt_fn
+    from tracerl.rollout.attempts import engine_attempt_fn
     from tracerl.tasks.pipeline import build_pool
     from tracerl.tasks.profile import profile
 
     env_cfg = recipe.env if recipe is not None else EnvConfig()
     spec = get_env(args.env or env_cfg.name)
-    pool = build_pool(cfg.model_copy(update={"filters": type(cfg.filters)()}))  # profile before filtering
+    # profile before filtering
+    pool = build_pool(cfg.model_copy(update={"filters": type(cfg.filters)()}), generator_of=get_env)
     tasks = pool.train[: args.limit] if args.limit else pool.train
     if not tasks:
         raise UserError(f"{args.target!r} holds no training tasks to profile")

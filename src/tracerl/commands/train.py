@@ -30,11 +30,11 @@ def run(args) -> int:
 
             raise UserError(f"{args.resume} has no config.yaml; it cannot be resumed")
     recipe = load_recipe(recipe_arg, overrides)  # fails before anything runs
+    from tracerl.envs import get_env
     from tracerl.tasks.sources import check_sources
 
-    check_sources(recipe.tasks.sources)  # a missing, empty or all-bad task file: before any run dir
-
-    from tracerl.envs import get_env
+    # a missing, empty or all-bad task file (or an unknown generator env): before any run dir
+    check_sources(recipe.tasks.sources, generator_of=get_env)
 
     get_env(recipe.env.name)  # an unknown env (a forgotten --import) fails before the run directory exists
 

@@ -13,9 +13,9 @@ import json
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.contract.task import Task
 from tracerl.envs._verify import grade
 from tracerl.envs.base import Step
-from tracerl.tasks.task import Task
 
 
 def invalid(why: str) -> Step:

@@ -12,8 +12,8 @@ import hashlib
 import random
 from collections.abc import Callable
 
+from tracerl.contract.task import SPLITS, Task
 from tracerl.errors import UserError
-from tracerl.tasks.task import SPLITS, Task
 
 HELDOUT_PERCENT = 20
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.contract.task import Task
 from tracerl.errors import UserError
-from tracerl.tasks.task import Task
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
 

@@ -10,18 +10,11 @@ import time
 import torch
 
 from tracerl.algorithms.passk import pass_at_k
-from tracerl.contract import Trajectory
+from tracerl.contract import Trajectory, is_success
+from tracerl.contract.task import Task
 from tracerl.envs.base import EnvSpec
 from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
-from tracerl.tasks.task import Task
 from tracerl.telemetry.episodes import tool_calls
-
-
-def is_success(traj: Trajectory) -> bool:
-    """An episode succeeds when its `correct` (or `success`) component is 1; else full reward."""
-    comps = traj.reward_components
-    value = comps.get("correct", comps.get("success", traj.reward))
-    return value >= 1.0 - 1e-9
 
 
 @dataclasses.dataclass

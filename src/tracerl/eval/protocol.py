@@ -43,7 +43,7 @@ class Protocol(BaseModel):
     env_revision: str = Field(description="Revision of the environment code.")
     verifier_revision: str = Field(description="Revision of the verifier that scores an episode.")
     split: str = Field("heldout", description="Task split; held-out tasks never produced training reward.")
-    tasks_sha256: str = Field(description="Content hash of the ordered task list (tasks.task.tasks_sha256): the denominator.")
+    tasks_sha256: str = Field(description="Content hash of the ordered task list (contract.task.tasks_sha256): the denominator.")
     num_tasks: int = Field(description="Number of tasks evaluated.")
     sampling: dict[str, Any] = Field(description="Sampling parameters (temperature, top_p, top_k, ...).")
     budgets: dict[str, int] = Field(description="Episode budgets (max_turns, max_tokens, max_new_tokens).")

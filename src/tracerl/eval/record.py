@@ -18,7 +18,7 @@ def heldout_protocol(*, model, tokenizer_hashes: dict[str, str], spec, tasks: Se
                      budgets, n: int, ks: Sequence[int], seed: int, split: str = "heldout") -> Protocol:
     """The protocol of a held-out run: weights hash, tokenizer hashes, env/verifier revision, tasks, sampling, budgets."""
     from tracerl.models.load import model_sha256
-    from tracerl.tasks.task import tasks_sha256
+    from tracerl.contract.task import tasks_sha256
 
     from tracerl.envs._verify import declared_verifier
 
@@ -36,7 +36,7 @@ def record_evaluation(root, protocol: Protocol, trajectories: Sequence[Any], *, 
     under stage `eval/<column>`, log `eval/<column>/<name>` at `step` and log up to `samples` sample
     completions (the best and the worst by reward). Both go through the run directory, so every
     attached logger (TensorBoard, W&B, MLflow) receives them. Returns the numbers."""
-    from tracerl.eval.heldout import is_success
+    from tracerl.contract import is_success
 
     per_task = samples_from_trajectories(trajectories, is_success)
     results = aggregate(per_task, protocol.ks) | dict(extra or {})
@@ -51,7 +51,7 @@ def record_evaluation(root, protocol: Protocol, trajectories: Sequence[Any], *, 
 
 def sample_rows(trajectories: Sequence[Any], tokenizer=None, *, limit: int = 8) -> list[dict[str, Any]]:
     """Up to `limit` rows for a samples table: the best half and the worst half by reward."""
-    from tracerl.eval.heldout import is_success
+    from tracerl.contract import is_success
     from tracerl.store.export import decode_parts
 
     ranked = sorted(trajectories, key=lambda t: -t.reward)

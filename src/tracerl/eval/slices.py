@@ -62,7 +62,7 @@ def slice_spec(spec: EnvSpec, kind: str, faults: FaultsConfig | None = None) -> 
 
 
 def tool_use_split(trajectories) -> dict[str, float]:
-    from tracerl.eval.heldout import is_success
+    from tracerl.contract import is_success
     from tracerl.telemetry.episodes import tool_calls
 
     out: dict[str, float] = {}

@@ -29,6 +29,7 @@ from collections.abc import Callable
 import torch
 
 from tracerl.contract import TerminalReason, TokenRole, Trajectory, ids_sha256, validate
+from tracerl.contract.task import Task
 from tracerl.envs._verify import declared_verifier
 from tracerl.envs.base import EnvSpec
 from tracerl.rollout.engine import StatelessSession
@@ -36,7 +37,6 @@ from tracerl.rollout.engine_api import Engine
 from tracerl.rollout.env_threads import EnvThread, run_all
 from tracerl.rollout.guard import Watchdog, generate_rows, infra_reason
 from tracerl.rollout.render import observation_bounds, render_observation, render_prompt
-from tracerl.tasks.task import Task
 
 
 @dataclasses.dataclass

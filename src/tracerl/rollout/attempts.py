@@ -1,8 +1,8 @@
 """An `attempt_fn` backed by the rollout engine: N episodes per task under the current policy.
 
-Kept out of `tracerl.tasks.__init__` so the task package does not import torch or the rollout
-stack unless profiling with a real model. Used by `tracerl tasks profile` and by a trainer that
-re-profiles between stages (`reprofile_stage`).
+It lives in the rollout layer (it plays episodes) and hands `tasks.profile` an `AttemptFn`, so the
+task package never imports torch or the rollout stack. Used by `tracerl tasks profile` and by a
+trainer that re-profiles between stages (`reprofile_stage`).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from collections.abc import Callable
 
 import torch
 
-from tracerl.contract import Trajectory
+from tracerl.contract import Trajectory, is_success
+from tracerl.contract.task import Task
 from tracerl.envs.base import EnvSpec
-from tracerl.eval.heldout import is_success
-from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
+from tracerl.rollout.agent_loop import LoopBudgets, run_episodes
+from tracerl.rollout.engine import TorchEngine
 from tracerl.tasks.profile import AttemptFn
-from tracerl.tasks.task import Task
 
 
 def engine_attempt_fn(engine: TorchEngine, spec: EnvSpec, *, budgets: LoopBudgets, sampling: dict, seed: int,

@@ -43,8 +43,8 @@ from typing import Any, Protocol
 import torch
 
 from tracerl.contract import Trajectory, validate
+from tracerl.contract.task import Task
 from tracerl.rollout.agent_loop import LoopBudgets, run_episodes
-from tracerl.tasks.task import Task
 
 
 @dataclasses.dataclass

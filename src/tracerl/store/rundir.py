@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from tracerl.errors import UserError
+from tracerl.store.checkpoints import verify_checkpoint
 from tracerl.store.sqlite import Store
 
 
@@ -116,8 +117,6 @@ class RunDir:
         """The newest complete checkpoint (`step_N` with a manifest whose files all match). Each
         newer folder passed over is named with the reason, through `say` (default: stderr), and
         kept in `self.skipped_checkpoints`; interrupted writes (.tmp-*) are ignored."""
-        from tracerl.train.checkpoint import verify_checkpoint
-
         say = say or (lambda msg: print(msg, file=sys.stderr))
         self.skipped_checkpoints: list[tuple[str, str]] = []
         found = []

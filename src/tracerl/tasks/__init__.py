@@ -5,6 +5,7 @@ curriculum), `dynamic_sample` (non-zero-variance groups), `profile` and `Difficu
 (pass rates), `reprofile_stage` (drop newly all-pass tasks between stages). See docs/tasks.md.
 """
 
+from tracerl.contract.task import SPLITS, Task, tasks_sha256  # contract data, re-exported (public API)
 from tracerl.tasks.config import (CurriculumConfig, DynamicSamplingConfig, FilterConfig, ProfileConfig,
                                   SamplerConfig, TasksConfig, TaskSourceConfig)
 from tracerl.tasks.dynamic import DynamicBatch, DynamicReport, dynamic_sample, next_groups, reprofile_stage
@@ -14,7 +15,6 @@ from tracerl.tasks.profile import DifficultyProfile, ProfileEntry, profile
 from tracerl.tasks.samplers import CurriculumSampler, MixtureSampler, Sampler, UniformSampler
 from tracerl.tasks.schema import RowError
 from tracerl.tasks.sources import LoadedSource, load_generator, load_source, load_task_file
-from tracerl.tasks.task import SPLITS, Task, tasks_sha256
 
 __all__ = [
     "SPLITS", "CurriculumConfig", "CurriculumSampler", "DifficultyProfile", "Discard", "DynamicBatch",

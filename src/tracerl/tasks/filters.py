@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tracerl.contract.task import Task
 from tracerl.tasks.config import FilterConfig
 from tracerl.tasks.profile import DifficultyProfile
-from tracerl.tasks.task import Task
 from tracerl.tasks.text import near_duplicate_pairs, ngrams, normalized, shingle_hash, words
 
 log = logging.getLogger("tracerl.tasks")

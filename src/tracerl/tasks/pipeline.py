@@ -12,14 +12,14 @@ import logging
 from collections import Counter
 from typing import Any
 
+from tracerl.contract.task import Task, tasks_sha256
 from tracerl.errors import UserError
 from tracerl.tasks.config import FilterConfig, SamplerConfig, TasksConfig
 from tracerl.tasks.filters import Ledger, apply_filters
 from tracerl.tasks.profile import DifficultyProfile, difficulty_bucket
 from tracerl.tasks.samplers import CurriculumSampler, MixtureSampler, Sampler, UniformSampler
 from tracerl.tasks.schema import RowError
-from tracerl.tasks.sources import LoadedSource, load_source, load_task_file
-from tracerl.tasks.task import Task, tasks_sha256
+from tracerl.tasks.sources import GeneratorOf, LoadedSource, load_source, load_task_file
 
 log = logging.getLogger("tracerl.tasks")
 
@@ -80,15 +80,17 @@ def filter_tasks(tasks: list[Task], filters: FilterConfig, prof: DifficultyProfi
 
 
 def build_pool(cfg: TasksConfig, *, profile: DifficultyProfile | None = None,
-               sources: list[LoadedSource] | None = None) -> TaskPool:
+               sources: list[LoadedSource] | None = None, generator_of: GeneratorOf | None = None) -> TaskPool:
     """Load every source, report bad rows, apply the filters; `profile` overrides `cfg.profile.path`.
 
     `sources`: the already loaded sources of `cfg.sources` (a pool built again with other filters).
+    `generator_of`: an environment's name -> its generator (`tracerl.envs.base.get_env`), for
+    generator sources.
     """
     if not cfg.sources:
         raise UserError("the task config lists no sources; add a task file or a generator under tasks.sources")
     if sources is None:
-        sources = [load_source(s) for s in cfg.sources]
+        sources = [load_source(s, generator_of=generator_of) for s in cfg.sources]
         for s in sources:
             for err in s.errors:
                 log.warning("bad task row: %s", err)

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tracerl.contract.task import Task
 from tracerl.errors import UserError
-from tracerl.tasks.task import Task
 
 log = logging.getLogger("tracerl.tasks")
 

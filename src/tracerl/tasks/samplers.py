@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tracerl.contract.task import Task
 from tracerl.tasks.config import CurriculumConfig
 from tracerl.tasks.profile import DifficultyProfile
-from tracerl.tasks.task import Task
 
 
 class Sampler(Protocol):

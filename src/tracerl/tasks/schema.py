@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from tracerl.tasks.task import SPLITS, Task
+from tracerl.contract.task import SPLITS, Task
 
 FIELDS = ("id", "prompt", "answer", "tests", "split", "metadata", "license", "source_revision", "difficulty", "source")
 UNKNOWN_LICENSE = "unknown"

@@ -4,6 +4,10 @@ Denominators are part of each metric's meaning, so they are fixed here:
 
 - reward, group, length and correctness metrics use *trainable* episodes (an `infra_failure` is
   counted in `rollout/infra_failures`, never averaged into a reward);
+- an episode is a success when `contract.is_success` holds (its `correct` / `success` component,
+  else its reward, is 1): `reward/success_rate` and the `length/correct_*` / `length/incorrect_*`
+  split count full successes only (before, a `correct` component above 0.5, an `env_success`
+  ending or any reward above 0 counted);
 - `rollout/truncation_rate` is truncated episodes / all episodes;
 - a tool call is an observation span whose env named the tool it ran (`info["tool"]`, the span's
   `tool_name`): `tool_calls(traj)`, the one definition the console, the report and the held-out
@@ -24,19 +28,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tracerl.contract import TerminalReason, Trajectory
+from tracerl.contract import TerminalReason, Trajectory, is_success
 from tracerl.telemetry.importance import quantiles
 
 INVALID_STATUSES = frozenset({"invalid_action", "blocked_action", "parse_error"})
-
-
-def is_correct(traj: Trajectory, component: str = "correct") -> bool:
-    """The `correct` reward component when present, else an env success/failure ending, else reward > 0."""
-    if component in traj.reward_components:
-        return traj.reward_components[component] > 0.5
-    if traj.terminal_reason in (TerminalReason.ENV_SUCCESS, TerminalReason.ENV_FAILURE):
-        return traj.terminal_reason == TerminalReason.ENV_SUCCESS
-    return traj.reward > 0
 
 
 def tool_calls(traj: Trajectory) -> list:
@@ -58,7 +53,7 @@ def reward_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
         return {}
     r = np.asarray([t.reward for t in ok])
     out = {"reward/mean": float(r.mean()), "reward/std": float(r.std()), "reward/min": float(r.min()),
-           "reward/max": float(r.max()), "reward/success_rate": _mean([float(is_correct(t)) for t in ok])}
+           "reward/max": float(r.max()), "reward/success_rate": _mean([float(is_success(t)) for t in ok])}
     comps: dict[str, list[float]] = defaultdict(list)
     for t in ok:
         for k, v in t.reward_components.items():
@@ -88,7 +83,7 @@ def length_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     lengths = np.asarray([t.num_action_tokens for t in ok], dtype=np.float64)
     out = {"length/mean": float(lengths.mean()), "length/min": float(lengths.min())}
     out.update(quantiles(lengths, "length/", qs=(0.1, 0.5, 0.9)))
-    correct = np.asarray([is_correct(t) for t in ok])
+    correct = np.asarray([is_success(t) for t in ok])
     for name, sel in (("correct", correct), ("incorrect", ~correct)):
         if sel.any():
             out[f"length/{name}_mean"] = float(lengths[sel].mean())

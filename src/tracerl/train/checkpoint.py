@@ -5,14 +5,14 @@ A checkpoint is written into a temporary directory beside its final place, every
 fsynced, a `MANIFEST.json` listing every file with its size and SHA-256 is written last, and the
 directory is renamed into place (then its parent fsynced). A kill at any moment leaves either
 the previous state or a complete checkpoint; a half-written one is never named `step_N`, and
-`verify_checkpoint` tells a complete one from anything else (a hand-made or damaged folder).
+`verify_checkpoint` tells a complete one from anything else (a hand-made or damaged folder); it
+lives in `store/checkpoints.py`, beside the run directory that picks the checkpoint to resume from.
 The manifest also carries the store's marks at that moment (see `Store.marks`), so a resume
 can roll the store back to exactly what it held when the checkpoint was taken.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -24,18 +24,10 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from tracerl.models import lora
+from tracerl.store.checkpoints import MANIFEST, file_sha256, verify_checkpoint  # noqa: F401  (re-exported)
 
 REFERENCE_FILE = "reference.safetensors"
-MANIFEST = "MANIFEST.json"
 FORMAT = 1
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _fsync(path: Path) -> None:
@@ -73,7 +65,7 @@ def save_checkpoint(path: Path, model, tokenizer, *, state: dict[str, Any], refe
     files = {}
     for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
         _fsync(file)
-        files[file.relative_to(tmp).as_posix()] = {"bytes": file.stat().st_size, "sha256": _sha256(file)}
+        files[file.relative_to(tmp).as_posix()] = {"bytes": file.stat().st_size, "sha256": file_sha256(file)}
     manifest = {"format": FORMAT, "stage": state.get("stage"), "step": state.get("step"), "files": files,
                 "store_marks": marks}
     with (tmp / MANIFEST).open("w") as f:
@@ -90,32 +82,6 @@ def save_checkpoint(path: Path, model, tokenizer, *, state: dict[str, Any], refe
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return path
-
-
-def verify_checkpoint(path: Path) -> str:
-    """Empty when `path` is a complete checkpoint (manifest present, every file listed there with
-    its size and hash, the trainer state among them); else one sentence saying what is wrong."""
-    path = Path(path)
-    try:
-        manifest = json.loads((path / MANIFEST).read_text())
-    except FileNotFoundError:
-        return f"no {MANIFEST} (an interrupted write, or a folder tracerl did not write)"
-    except (OSError, ValueError) as exc:
-        return f"{MANIFEST} is unreadable ({exc})"
-    files = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(files, dict) or "trainer_state.pt" not in files:
-        return f"{MANIFEST} does not list trainer_state.pt"
-    for rel, want in files.items():
-        file = path / rel
-        try:
-            size = file.stat().st_size
-        except OSError:
-            return f"{rel} is missing"
-        if not isinstance(want, dict) or size != want.get("bytes"):
-            return f"{rel} has {size} bytes, the manifest says {want.get('bytes') if isinstance(want, dict) else '?'}"
-        if _sha256(file) != want.get("sha256"):
-            return f"{rel} does not match its SHA-256 in the manifest (damaged)"
-    return ""
 
 
 def checkpoint_marks(path: Path) -> dict[str, int] | None:

@@ -12,9 +12,9 @@ import inspect
 import random
 
 from tracerl.contract.roles import TerminalReason, TokenRole
+from tracerl.contract.task import Task
 from tracerl.envs.base import EnvSpec, Message
 from tracerl.rollout.render import render_observation, render_prompt
-from tracerl.tasks.task import Task
 
 
 @dataclasses.dataclass

@@ -6,7 +6,7 @@ reads the task's question and everything after the prompt (the policy's turns an
 observations, decoded with the policy's tokenizer). Infra failures are not graded.
 
 - `calibrate`: a `judge` component with weight 0 is added (the reward is unchanged) and the step's
-  agreement with the deterministic verdict (`eval.heldout.is_success`) is logged as `grader/*`.
+  agreement with the deterministic verdict (`contract.is_success`) is logged as `grader/*`.
 - `replace`: the reward becomes `weight × judge`; the env's components stay recorded with weight 0,
   and the trajectory names the judge as its verifier, so the chain of evidence says who rewarded it.
   Held-out evaluation keeps the env's deterministic verifier, so a judge that can be gamed shows up
@@ -15,9 +15,8 @@ observations, decoded with the policy's tokenizer). Infra failures are not grade
 
 from __future__ import annotations
 
-from tracerl.contract import TokenRole, Trajectory
+from tracerl.contract import TokenRole, Trajectory, is_success
 from tracerl.errors import UserError
-from tracerl.eval.heldout import is_success
 from tracerl.roles_config import GraderConfig
 from tracerl.verifiers.calibration import calibration
 from tracerl.verifiers.learned_grader import DEFAULT_PROMPT, LearnedGrader

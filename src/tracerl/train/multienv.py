@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from tracerl.contract import is_success
 from tracerl.envs.base import EnvSpec, get_env
 from tracerl.envs_config import EnvEntry
 from tracerl.rollout import LoopBudgets
@@ -131,12 +132,6 @@ class EnvMixtureSampler:
             s.load_state_dict(state["children"][k])
 
 
-def _is_success(t) -> bool:
-    from tracerl.eval.heldout import is_success
-
-    return is_success(t)
-
-
 def domain_metrics(name: str, trajs: Sequence, generated: Sequence, n_kept: int, n_generated: int,
                    target: float) -> dict[str, float]:
     """Per-domain telemetry of one step, `domain/<env>/*`: reward (mean, std, scale), success, length,
@@ -152,7 +147,7 @@ def domain_metrics(name: str, trajs: Sequence, generated: Sequence, n_kept: int,
         mean = sum(r) / len(r)
         out |= {p + "reward": mean, p + "reward_std": math.sqrt(sum((x - mean) ** 2 for x in r) / len(r)),
                 p + "reward_abs_max": max(abs(x) for x in r),
-                p + "success": sum(_is_success(t) for t in ok) / len(ok),
+                p + "success": sum(is_success(t) for t in ok) / len(ok),
                 p + "length": sum(t.num_action_tokens for t in ok) / len(ok)}
     if trajs:
         ro, tm = episodes.rollout_metrics(trajs), episodes.tool_metrics(trajs)

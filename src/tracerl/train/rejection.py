@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from tracerl.contract import TerminalReason, Trajectory
+from tracerl.contract import TerminalReason, Trajectory, is_success
 from tracerl.contract.roles import TokenRole
+from tracerl.contract.task import Task
 from tracerl.envs.base import EnvSpec
-from tracerl.eval.heldout import is_success
 from tracerl.rollout import LoopBudgets, run_episodes
-from tracerl.tasks.task import Task
 
 RULE = "verifier success (correct = 1), episode ended on its own (not truncated, not infra_failure)"
 CHUNK = 64  # episodes per engine call

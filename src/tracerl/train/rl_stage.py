@@ -17,7 +17,7 @@ import time
 
 from tracerl.errors import UserError
 from tracerl.faults import wrap_spec
-from tracerl.tasks.attempts import engine_attempt_fn
+from tracerl.rollout.attempts import engine_attempt_fn
 from tracerl.train.model_setup import new_reference
 from tracerl.train.multienv import EnvMixtureSampler, EnvRouter, resolve_routes, stage_envs
 from tracerl.train.rl import RLState, train_rl

@@ -14,10 +14,11 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from tracerl.contract.task import Task
+from tracerl.envs.base import get_env
 from tracerl.errors import UserError
 from tracerl.faults import wrap_spec
 from tracerl.tasks import TaskPool, build_pool
-from tracerl.tasks.task import Task
 from tracerl.train.demos import collect_demos
 from tracerl.train.multienv import EnvRoute, resolve_routes
 
@@ -49,7 +50,7 @@ class RunEnvs:
     def load(cls, recipe) -> RunEnvs:
         seed = recipe.run.seed
         routes = resolve_routes(recipe, wrap=lambda s: wrap_spec(s, recipe.faults))
-        pools = {r.name: build_pool(unfiltered(r.tasks)) for r in routes}
+        pools = {r.name: build_pool(unfiltered(r.tasks), generator_of=get_env) for r in routes}
         heldout = {r.name: pools[r.name].heldout or r.spec.generate("heldout", r.env.heldout_tasks, seed,
                                                                     tuple(r.env.heldout_difficulty)) for r in routes}
         task_env: dict[str, str] = {}

@@ -8,9 +8,9 @@ reward weights), and the names are joined with `+`. Both list the resolved RL st
 
 from __future__ import annotations
 
+from tracerl.contract.task import tasks_sha256
 from tracerl.envs._verify import declared_verifier
 from tracerl.manifest import build_manifest
-from tracerl.tasks.task import tasks_sha256
 from tracerl.train import ray_backend
 from tracerl.train.multienv import stage_envs
 from tracerl.train.run_common import _sandbox_revision

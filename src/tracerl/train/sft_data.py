@@ -24,8 +24,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tracerl.contract.task import Task
 from tracerl.errors import UserError
-from tracerl.tasks.task import Task
 from tracerl.train.demos import Demo
 
 MAX_BYTES = 1 << 30

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tracerl.config import Recipe
+from tracerl.envs.base import get_env
 from tracerl.errors import UserError
 from tracerl.tasks import (DifficultyProfile, Ledger, LoadedSource, Sampler, TaskPool, TasksConfig, TaskSourceConfig,
                            UniformSampler, build_pool, make_sampler, profile)
@@ -119,7 +120,7 @@ def build_stage_tasks(recipe: Recipe, stage: RLStage, *, run_path: Path,
                 raise UserError(f"RL stage {stage.name!r} needs pass rates (curriculum, all-pass/all-fail filters or "
                                 "re-profiling); set tasks.profile.path or tasks.profile.tasks (how many to profile)")
             unfiltered = build_pool(cfg.model_copy(update={"filters": cfg.filters.model_copy(
-                update={"all_pass": False, "all_fail": False})}), sources=loaded)
+                update={"all_pass": False, "all_fail": False})}), sources=loaded, generator_of=get_env)
             n = min(cfg.profile.tasks, len(unfiltered.train))
             subset = UniformSampler(unfiltered.train, seed=sampler_seed(recipe, stage) + 1).next_batch(n)
             prof = profile(subset, attempt_fn(), cfg.profile.attempts, policy=policy)
@@ -128,7 +129,7 @@ def build_stage_tasks(recipe: Recipe, stage: RLStage, *, run_path: Path,
             prof.save(saved)
             profiled_here = True
     filters = cfg.filters.model_copy(update={"all_pass": True}) if reprofile else cfg.filters
-    pool = build_pool(cfg.model_copy(update={"filters": filters}), profile=prof, sources=loaded)
+    pool = build_pool(cfg.model_copy(update={"filters": filters}), profile=prof, sources=loaded, generator_of=get_env)
     if prof is not None and not cfg.profile.path and cfg.profile.tasks:
         # the stage trains on the tasks it profiled (the others have no pass rate to select by)
         pool = dataclasses.replace(pool, kept=[t for t in pool.kept if t.split != "train" or t.id in prof])

@@ -19,10 +19,10 @@ import random
 import re
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.contract.task import Task
 from tracerl.envs._verify import grade
 from tracerl.envs.arith.verifier import NAME as VERIFIER, extract, score
 from tracerl.envs.base import EnvSpec, Message, Step, register_env
-from tracerl.tasks.task import Task
 
 REVISION = "arith-env-1"
 SYSTEM = "Answer with the number."

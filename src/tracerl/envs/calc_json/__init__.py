@@ -17,14 +17,14 @@ import random
 import re
 
 from tracerl.contract.roles import TerminalReason
-from tracerl.envs.base import EnvSpec, Message, Step, register_env
-from tracerl.envs.json_tools import TAGS, format_tool_call, format_tool_result, parse_tool_calls, tools_system_prompt
+from tracerl.contract.task import Task
 from tracerl.envs._audit import register as register_audit_set
 from tracerl.envs._verify import grade
+from tracerl.envs.base import EnvSpec, Message, Step, register_env
 from tracerl.envs.calc_json.verifier import NAME as VERIFIER, score
+from tracerl.envs.json_tools import TAGS, format_tool_call, format_tool_result, parse_tool_calls, tools_system_prompt
 from tracerl.envs.math_tool.generator import generate as math_generate
 from tracerl.envs.reasoning_gym.families import calc
-from tracerl.tasks.task import Task
 
 REVISION = "calc_json-env-1"
 INSTRUCTIONS = "Use the calculator tool to compute. Give the number in <answer></answer>."

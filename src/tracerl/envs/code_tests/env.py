@@ -19,12 +19,12 @@ import random
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.contract.task import Task
 from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
-from tracerl.envs.code_tests.verifier import NAME as VERIFIER
 from tracerl.envs.code_tests.harness import evaluate
+from tracerl.envs.code_tests.verifier import NAME as VERIFIER
 from tracerl.envs.grammar import parse_tagged
-from tracerl.tasks.task import Task
 
 NAME = "code_tests"
 REVISION = "code_tests-env-2"  # 2: the MAX_INVALID-th invalid action ends the episode as a failure

@@ -13,11 +13,11 @@ import random
 import re
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.contract.task import Task
 from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
-from tracerl.envs.math_tool.verifier import NAME as VERIFIER, check_answer
 from tracerl.envs.grammar import parse_tagged
-from tracerl.tasks.task import Task
+from tracerl.envs.math_tool.verifier import NAME as VERIFIER, check_answer
 
 SYSTEM = "Use <code> to compute. Give the number in <answer>."
 TAGS = ("code", "answer")

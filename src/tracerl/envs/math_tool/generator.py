@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import random
 
-from tracerl.tasks.task import Task
+from tracerl.contract.task import Task
 
 SOURCE = "math_tool"
 REVISION = "math_tool-gen-4"

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import random
 
-from tracerl.envs.base import EnvSpec, register_env
+from tracerl.contract.task import Task
 from tracerl.envs import _audit
 from tracerl.envs._generation import generate_tasks
+from tracerl.envs.base import EnvSpec, register_env
 from tracerl.envs.reasoning_gym.env import NAME, REVISION, ReasoningGymEnv, make_expert, require_package, score
 from tracerl.envs.reasoning_gym.families import CONFIGS, FAMILIES, LEVELS, consistent, prompt
 from tracerl.errors import UserError
-from tracerl.tasks.task import Task
 
 DIFFICULTY_RANGE = (0.0, 1.0)
 EXPERT_ERROR_RATE = 0.2

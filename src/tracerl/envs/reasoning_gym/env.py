@@ -18,12 +18,12 @@ import random
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.contract.task import Task
 from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
 from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.reasoning_gym.families import calc, calc_expression, wrong_answer
 from tracerl.envs.reasoning_gym.verifier import NAME as VERIFIER, dataset, require_package, score  # noqa: F401
-from tracerl.tasks.task import Task
 
 NAME = "reasoning_gym"
 REVISION = "reasoning_gym-env-2"  # 2: the <calc> tool; MAX_INVALID

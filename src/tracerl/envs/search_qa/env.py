@@ -17,12 +17,12 @@ import random
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.contract.task import Task
 from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
-from tracerl.envs.search_qa.verifier import NAME as VERIFIER
 from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.search_qa.kb import normalize, passages
-from tracerl.tasks.task import Task
+from tracerl.envs.search_qa.verifier import NAME as VERIFIER
 
 NAME = "search_qa"
 REVISION = "search_qa-env-2"  # 2: the MAX_INVALID-th invalid action ends the episode as a failure

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import random
 
+from tracerl.contract.task import Task
 from tracerl.envs import _audit
 from tracerl.envs._generation import generate_tasks
 from tracerl.envs.base import EnvSpec, register_env
 from tracerl.envs.swe.env import NAME, REVISION, SWEEnv, make_expert
 from tracerl.envs.swe.repos import LEVELS, make_repo
 from tracerl.envs.swe.verifier import NAME as VERIFIER
-from tracerl.tasks.task import Task
 
 DIFFICULTY_RANGE = (0.0, 1.0)
 EXPERT_ERROR_RATE = 0.2

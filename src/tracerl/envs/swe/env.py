@@ -15,12 +15,12 @@ import random
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.contract.task import Task
 from tracerl.envs._file_tree import graded_end, invalid, invalid_turn, tree_hash
 from tracerl.envs.base import Message, Step
 from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.swe.verifier import NAME as VERIFIER
 from tracerl.sandbox import Limits
-from tracerl.tasks.task import Task
 
 NAME = "swe"
 REVISION = "swe-env-1"

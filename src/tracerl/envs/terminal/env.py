@@ -14,12 +14,12 @@ import random
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.contract.task import Task
 from tracerl.envs._file_tree import graded_end, invalid, invalid_turn, tree_hash
 from tracerl.envs._shell import run_shell
 from tracerl.envs.base import Message, Step
 from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.terminal.verifier import NAME as VERIFIER
-from tracerl.tasks.task import Task
 
 NAME = "terminal"
 REVISION = "terminal-env-1"

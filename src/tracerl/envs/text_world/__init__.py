@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import random
 
+from tracerl.contract.task import Task
 from tracerl.envs import _audit
 from tracerl.envs._generation import generate_tasks
 from tracerl.envs.base import EnvSpec, register_env
 from tracerl.envs.text_world.env import NAME, REVISION, VERIFIER, TextWorldEnv, expected_success, make_expert
 from tracerl.envs.text_world.world import LEVELS, make_world, plan
-from tracerl.tasks.task import Task
 
 DIFFICULTY_RANGE = (0.0, 1.0)
 EXPERT_ERROR_RATE = 0.1  # per turn; a tiny SFT model adds slips of its own (55% invalid turns measured at 0.25)

@@ -21,12 +21,12 @@ import random
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.contract.task import Task
 from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
-from tracerl.envs.text_world.verifier import NAME as VERIFIER
 from tracerl.envs.grammar import parse_tagged
+from tracerl.envs.text_world.verifier import NAME as VERIFIER
 from tracerl.envs.text_world.world import apply, candidate_actions, describe, is_goal
-from tracerl.tasks.task import Task
 
 NAME = "text_world"
 REVISION = "text_world-env-1"

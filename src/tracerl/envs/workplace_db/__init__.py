@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import random
 
+from tracerl.contract.task import Task
 from tracerl.envs import _audit
 from tracerl.envs._generation import generate_tasks
 from tracerl.envs.base import EnvSpec, register_env
 from tracerl.envs.workplace_db.env import NAME, REVISION, VERIFIER, WorkplaceDBEnv, expected_state, make_expert
 from tracerl.envs.workplace_db.tasks import LEVELS, make_task
-from tracerl.tasks.task import Task
 
 DIFFICULTY_RANGE = (0.0, 1.0)
 EXPERT_ERROR_RATE = 0.2

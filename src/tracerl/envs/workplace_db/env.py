@@ -18,12 +18,12 @@ import sqlite3
 from collections.abc import Callable
 
 from tracerl.contract.roles import TerminalReason
+from tracerl.contract.task import Task
 from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
 from tracerl.envs.grammar import parse_tagged
 from tracerl.envs.workplace_db import db
 from tracerl.envs.workplace_db.verifier import NAME as VERIFIER, expected_state
-from tracerl.tasks.task import Task
 
 NAME = "workplace_db"
 __all__ = ["NAME", "REVISION", "VERIFIER", "WorkplaceDBEnv", "expected_state", "make_expert"]

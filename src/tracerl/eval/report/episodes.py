@@ -2,7 +2,7 @@
 the best and worst trajectory of each RL step with its decoded text.
 
 Series computed here use the same definitions as the training metrics (`telemetry.episodes`):
-success is `is_correct`, tool calls are `tool_calls`, and infrastructure failures are left out of
+success is `contract.is_success`, tool calls are `tool_calls`, and infrastructure failures are left out of
 reward and success (they never carry reward).
 """
 
@@ -38,14 +38,14 @@ def _stored(run_path: Path, stages: tuple[str, ...]):
 def breakdown_series(run_path: Path) -> Series:
     """`by_env/<env>/reward`, `by_env/<env>/success`, `by_env/<env>/tool_calls_per_episode` and
     `by_source/<source>/success` per RL step, from the stored training episodes."""
-    from tracerl.contract import TerminalReason
-    from tracerl.telemetry.episodes import is_correct, tool_calls
+    from tracerl.contract import TerminalReason, is_success
+    from tracerl.telemetry.episodes import tool_calls
 
     acc: dict[tuple[str, int], list[float]] = defaultdict(list)
     for _stage, step, t in _stored(run_path, TRAINING_STAGES):
         if t.terminal_reason == TerminalReason.INFRA_FAILURE:
             continue
-        ok = float(is_correct(t))
+        ok = float(is_success(t))
         acc[(f"by_env/{t.env_name}/reward", step)].append(t.reward)
         acc[(f"by_env/{t.env_name}/success", step)].append(ok)
         acc[(f"by_env/{t.env_name}/tool_calls_per_episode", step)].append(float(len(tool_calls(t))))
@@ -60,7 +60,7 @@ def sample_table(run_path: Path, *, steps: int = 8, chars: int = 240) -> list[di
     """Best and worst trajectory (by reward) of each of the last `steps` RL steps, text decoded."""
     from tracerl.store import RunDir
     from tracerl.store.export import decode_parts, run_tokenizer
-    from tracerl.telemetry.episodes import is_correct
+    from tracerl.contract import is_success
 
     by_step: dict[int, list] = defaultdict(list)
     for _stage, step, t in _stored(run_path, TRAINING_STAGES):
@@ -77,7 +77,7 @@ def sample_table(run_path: Path, *, steps: int = 8, chars: int = 240) -> list[di
         for which, t in picks:
             _, completion = decode_parts(t, tok)
             text = " ".join(completion.split()) if tok is not None else f"[{t.num_action_tokens} action tokens]"
-            out.append({"step": step, "which": which, "reward": float(t.reward), "correct": is_correct(t),
+            out.append({"step": step, "which": which, "reward": float(t.reward), "correct": is_success(t),
                         "ending": t.terminal_reason.value if t.terminal_reason else "", "task": t.task_id,
                         "trajectory": t.trajectory_id,
                         "completion": text if len(text) <= chars else text[: chars - 1] + "…"})
