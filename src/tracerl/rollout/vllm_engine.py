@@ -21,7 +21,8 @@ by `tests/rollout/test_engine_conformance.py -m gpu` and `benchmarks/gpu_check.s
 - Entropy of the sampling distribution is not returned by vLLM: each token's entropy is NaN
   (diagnostic metrics become NaN; gates skip NaN).
 - Weights by version, no restart: `load_weights(state_dict, version)` hands the learner's
-  tensors (HF names; vLLM's loader fuses q/k/v and gate/up itself) to the worker's model
+  tensors as a plain model (`engine_api.sync_weights` sends `models/weights.plain_state_dict`: a
+  LoRA policy's adapters merged in; HF names; vLLM's loader fuses q/k/v and gate/up itself) to the worker's model
   `load_weights`, in process when vLLM runs its engine core in this process
   (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, which `build` sets), else through `collective_rpc`; then
   the prefix cache is reset so no KV of the old weights is reused.
@@ -50,6 +51,25 @@ def vllm_problem() -> str | None:
     if not torch.cuda.is_available():
         return "engine.name=vllm needs a CUDA GPU and none is visible; use engine.name=torch or hf on this machine"
     return None
+
+
+def vllm_model_dir(model) -> str:
+    """The directory vLLM loads `model`'s architecture from (its weights are replaced by the learner's at once)."""
+    model_dir = getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None)
+    if not model_dir:
+        raise UserError("engine.name=vllm loads the model from a directory and this model has none; "
+                        "give model.path (a local Hugging Face model directory)")
+    return str(model_dir)
+
+
+def vllm_dtype(recipe, model) -> str:
+    """vLLM's weight dtype: engine.dtype; else bfloat16 under model.autocast bf16 (vLLM has no autocast; bf16
+    weights are its nearest), else the learner's parameter dtype."""
+    if recipe.engine.dtype:
+        return recipe.engine.dtype
+    if getattr(recipe.model, "autocast", None) == "bf16":
+        return "bfloat16"
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
 
 
 def _load_into_worker(worker, weights):  # runs inside a vLLM worker (collective_rpc)

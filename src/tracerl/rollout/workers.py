@@ -103,16 +103,17 @@ class SpecRef:
 
 def weights_blob(model) -> bytes:
     """The policy's weights as a plain model's state_dict, as bytes (what travels to a worker): a LoRA
-    policy's adapters merged into the base weights (`models/weights.py`)."""
+    policy's adapters merged into the base weights (`models/weights.py`); CPU tensors, so a worker on any
+    device (a CPU-only Ray actor beside a cuda learner) reads them."""
     from tracerl.models.weights import plain_state_dict
 
     buf = io.BytesIO()
-    torch.save(plain_state_dict(model, clone=True), buf)
+    torch.save({k: v.to("cpu", copy=True) for k, v in plain_state_dict(model).items()}, buf)
     return buf.getvalue()
 
 
 def blob_state(blob: bytes) -> dict[str, torch.Tensor]:
-    return torch.load(io.BytesIO(blob), weights_only=True)
+    return torch.load(io.BytesIO(blob), weights_only=True, map_location="cpu")
 
 
 def load_blob(model, blob: bytes) -> None:
@@ -273,6 +274,8 @@ def worker_settings(model, tokenizer, recipe, spec_ref, hashes: dict[str, str], 
     dtype = (engine.dtype if engine.name == "hf" else None) or param_dtype(model)
     kwargs = {}
     if engine.name == "vllm":
+        from tracerl.rollout.vllm_engine import vllm_dtype, vllm_model_dir
+
         kwargs = dict(model_dir=vllm_model_dir(model), dtype=vllm_dtype(recipe, model), seed=seed,
                       gpu_memory_utilization=engine.gpu_memory_utilization,
                       max_model_len=engine.max_model_len or recipe.env.max_tokens, enforce_eager=engine.enforce_eager)
@@ -280,23 +283,6 @@ def worker_settings(model, tokenizer, recipe, spec_ref, hashes: dict[str, str], 
                           partial_rollouts=partial, threads=threads, device=device or str(model_device(model)),
                           dtype=dtype, autocast=getattr(recipe.model, "autocast", None), engine=engine.name,
                           engine_kwargs=kwargs)
-
-
-def vllm_model_dir(model) -> str:
-    """The directory vLLM loads `model`'s architecture from (its weights are replaced by the learner's at once)."""
-    from tracerl.errors import UserError
-
-    model_dir = getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None)
-    if not model_dir:
-        raise UserError("engine.name=vllm loads the model from a directory and this model has none; "
-                        "give model.path (a local Hugging Face model directory)")
-    return str(model_dir)
-
-
-def vllm_dtype(recipe, model) -> str:
-    """vLLM's weight dtype: engine.dtype; else bfloat16 under model.autocast bf16 (vLLM has no autocast, its
-    nearest is bf16 weights), else the learner's."""
-    return recipe.engine.dtype or ("bfloat16" if getattr(recipe.model, "autocast", None) == "bf16" else param_dtype(model))
 
 
 def exit_with_parent(parent: int, interval: float = 1.0) -> threading.Thread:
