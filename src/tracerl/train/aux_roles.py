@@ -4,6 +4,8 @@ Each role answers the per-token tensors it `provides` (the names an `Algorithm.n
 role also gives a forward with gradient (`forward`) and takes an optimizer step on the loss the
 algorithm builds from it (`Algorithm.role_loss`). Its weights, AdamW state and schedule travel in
 `state_dict`, which the trainer stores in `RLState.roles_state[<role>]` (so in `trainer_state.pt`).
+These are replicated roles: one copy each in the trainer's (driver) process, trained there by
+`rl_update` whether the policy trains in that process or sharded over `learner.ranks` processes.
 
 Built only for the roles an algorithm declares (`Algorithm.roles`), from `recipe.roles`:
 - `critic`: a value head (a linear map to one number) over the hidden states of a decoder — a copy

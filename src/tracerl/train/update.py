@@ -5,6 +5,11 @@ run from the `Roles`. Rows whose advantage is zero on every token add nothing to
 numerator, so unless the algorithm has a term that every row moves (KL, entropy, NLL) they are
 left out of the forward passes; each minibatch loss is rescaled so the objective keeps the full
 batch's denominator (all eligible tokens for `token`, all responses for `sequence` / `fixed`).
+
+This is the one RL step of every mode (sync, async; one learner process or `learner.ranks > 1`):
+the auxiliary roles train here, in the driver process, and the policy's minibatch loop is
+`policy_steps`, run by `roles.policy.train_steps` — in this process for `PolicyRole`, on every rank
+of the learner group for the sharded policy (`train/fsdp_group.py`).
 """
 
 from __future__ import annotations
