@@ -66,10 +66,19 @@ def test_every_field_has_a_description():
 
 
 @pytest.mark.parametrize("recipe, overrides, words", [
-    ("smoke", ["rl.mode=async", "gateway.agent=examples/gateway_agent/agent.py:run"], "gateway.agent does not run under it"),
-    ("multi_env", ["rl.mode=async"], "envs: does not run under it"),
+    ("smoke", ["rl.mode=async", "gateway.agent=examples/gateway_agent/agent.py:run"], "async learner would update under it"),
     ("multi_env", ["gateway.agent=examples/gateway_agent/agent.py:run"], "gateway.agent plays one environment"),
 ])
-def test_features_that_do_not_combine_yet_are_refused_at_load(recipe, overrides, words):
+def test_meaningless_combinations_are_refused_at_load(recipe, overrides, words):
     with pytest.raises(UserError, match=words):
         load_recipe(recipe, overrides)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["rl.mode=async"], ["rl.mode=async", "model.lora.r=8"], ["rl.mode=async", "engine.name=hf"],
+    ["rl.mode=async", "learner.ranks=2"], ["run.backend=ray"], ["run.backend=ray", "model.lora.r=8"],
+    ["learner.ranks=2", "rl.algorithm.name=ppo"], ["engine.name=hf", "model.lora.r=8"],
+    ["rl.mode=async", "rl.algorithm.correction.kind=mis"],
+])
+def test_modes_combine_with_a_multi_environment_run(overrides):
+    load_recipe("multi_env", overrides)  # once refused with "does not run ... yet"

@@ -56,8 +56,6 @@ def placement_problem(recipe) -> str | None:
     """What the recipe combines that these keys do not support yet, as one sentence (None when fine)."""
     m = recipe.model
     if m.lora is not None:
-        if recipe.envs:
-            return "model.lora is not wired into multi-environment runs (envs:) yet; remove envs: or set model.lora=null"
         if any(s.reset_reference for s in recipe.rl.stages):
             return ("with model.lora the KL reference is the base model (the adapter disabled), so an RL stage cannot "
                     "reset it to the current policy; drop reset_reference or set model.lora=null")

@@ -31,7 +31,7 @@ def _batch(lengths: list[int], weights: list[float]) -> Batch:
 
 
 def _router(share: str) -> EnvRouter:
-    routes = [types.SimpleNamespace(name=n, share=1.0) for n in ("math", "code")]
+    routes = [types.SimpleNamespace(name=n, share=1.0, spec=None, budgets=None) for n in ("math", "code")]
     return EnvRouter(routes, ["math", "code"], {}, loss_share=share)
 
 

@@ -106,7 +106,7 @@ def test_domain_metrics_hand_worked():
 
 
 def _router(**kw):
-    routes = [types.SimpleNamespace(name=n, share=s) for n, s in (("a", 1.0), ("b", 3.0))]
+    routes = [types.SimpleNamespace(name=n, share=s, spec=None, budgets=None) for n, s in (("a", 1.0), ("b", 3.0))]
     return EnvRouter(routes, ["a", "b"], {}, **kw)
 
 
