@@ -138,7 +138,6 @@ def test_ray_worker_answers_the_worker_calls(tiny, ray_local):
                                  ["run.backend=ray", "rl.mode=async", "rl.max_staleness=2", "rl.rollout_workers=3"],  # more actors than CPUs
                                  ["run.backend=ray", "ray.address=auto", "ray.num_cpus=3"],
                                  ["run.backend=ray", "ray.num_gpus_per_worker=1"],  # no GPU here
-                                 ["run.backend=ray", "roles.grader={path: /x}"],
                                  ["run.backend=ray", "gateway.agent=x:y"]])
 def test_backend_keys_are_checked_at_load(bad):
     if "ray.num_gpus_per_worker=1" in bad and torch.cuda.is_available():

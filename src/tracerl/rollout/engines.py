@@ -27,15 +27,13 @@ def build_engine(cfg, model, tokenizer, *, seed: int = 0, max_model_len: int = 4
         from tracerl.rollout.hf_engine import HFGenerateEngine
 
         return HFGenerateEngine.from_learner(model, tokenizer, dtype=cfg.dtype)
-    from tracerl.rollout.vllm_engine import VLLMEngine
+    from tracerl.models.weights import plain_state_dict
+    from tracerl.rollout.vllm_engine import VLLMEngine, vllm_model_dir
 
-    model_dir = getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None)
-    if not model_dir:
-        raise UserError("engine.name=vllm loads the model from a directory and this model has none; "
-                        "give model.path (a local Hugging Face model directory)")
+    model_dir = vllm_model_dir(model)
     dtype = cfg.dtype or str(next(model.parameters()).dtype).removeprefix("torch.")
     engine = VLLMEngine.build(model_dir, tokenizer, dtype=dtype, seed=seed,
                               gpu_memory_utilization=cfg.gpu_memory_utilization,
                               max_model_len=cfg.max_model_len or max_model_len, enforce_eager=cfg.enforce_eager)
-    engine.load_weights(model.state_dict(), 0)  # the learner's weights, whatever the directory holds
+    engine.load_weights(plain_state_dict(model), 0)  # the learner's weights (LoRA merged), whatever the directory holds
     return engine
