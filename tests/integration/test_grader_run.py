@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tracerl.config import load_recipe
 from tracerl.store import Store
 from tracerl.train.pipeline import run_recipe
@@ -12,9 +14,11 @@ from tracerl.train.pipeline import run_recipe
 SMOKE = ["run.threads=1", "sft.epochs=3", "rl.steps=1", "rl.checkpoint_every=0", "eval.tasks=4", "stages=[sft, rl]"]
 
 
-def test_replace_mode_rewards_by_the_judge_and_records_it(tmp_path, tiny_dir):
+@pytest.mark.parametrize("mode", [[], ["rl.mode=async", "rl.max_staleness=1"]], ids=["sync", "async"])
+def test_replace_mode_rewards_by_the_judge_and_records_it(tmp_path, tiny_dir, mode):
+    # async: the judge grades each job's rollouts as they arrive, before staleness and selection
     run_dir = tmp_path / "graded"
-    recipe = load_recipe("smoke", SMOKE + [f"run.dir={run_dir}", f"roles.grader={{path: {tiny_dir}, mode: replace}}"])
+    recipe = load_recipe("smoke", SMOKE + mode + [f"run.dir={run_dir}", f"roles.grader={{path: {tiny_dir}, mode: replace}}"])
     run_recipe(recipe)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     judge = manifest["verifier"]["grader"]
