@@ -63,7 +63,7 @@ def row_of(run_dir: Path) -> dict:
 
 def run_env(name: str, seed: int | None, overrides: list[str], root: Path) -> dict:
     from tracerl.config import load_recipe
-    from tracerl.train.pipeline import run_recipe
+    from tracerl.run.pipeline import run_recipe
 
     where = root / (name if seed is None else f"{name}-s{seed}")
     seeded = [] if seed is None else [f"run.seed={seed}"]

@@ -1,6 +1,6 @@
 """Static vs dynamic sampling vs pass-rate curriculum on the default arithmetic environment.
 
-Everything runs through the trainer (`tracerl.train.pipeline.run_recipe`); only `tasks.sampler`
+Everything runs through the trainer (`tracerl.run.pipeline.run_recipe`); only `tasks.sampler`
 differs between methods. For each seed: the default recipe's SFT stage once (`stages=[sft, eval]`),
 then, from that checkpoint, one RL run per method that stops once it has generated the same number
 of policy (ACTION) tokens (`rl.max_generated_tokens`), then the recipe's frozen held-out evaluation.
@@ -48,7 +48,7 @@ def rl_metrics(run_dir: Path) -> list[dict]:
 def sft_start(seed: int, args) -> tuple[Path, float]:
     """The default recipe's SFT stage for `seed` (cached in the workdir); its checkpoint and held-out success."""
     from tracerl.config import load_recipe
-    from tracerl.train.pipeline import run_recipe
+    from tracerl.run.pipeline import run_recipe
 
     run_dir = Path(args.workdir) / f"seed{seed}" / "sft"
     if not (run_dir / "summary.json").exists() or "wall_s" not in summary(run_dir):
@@ -61,7 +61,7 @@ def sft_start(seed: int, args) -> tuple[Path, float]:
 
 def run_method(method: str, seed: int, start: Path, args) -> dict:
     from tracerl.config import load_recipe
-    from tracerl.train.pipeline import run_recipe
+    from tracerl.run.pipeline import run_recipe
 
     run_dir = Path(args.workdir) / f"seed{seed}" / method
     recipe = load_recipe("default", [

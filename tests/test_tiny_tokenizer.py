@@ -4,7 +4,7 @@ import pytest
 
 from tracerl.config import load_recipe
 from tracerl.models.tiny import build_tokenizer
-from tracerl.train import pipeline
+from tracerl.run import pipeline
 
 CORPUS = ["Ann has 23 apples. <answer>81</answer>", "<tool_response>81</tool_response> 23 + 81"] * 20
 

@@ -61,5 +61,5 @@ def build_manifest(*, config_yaml: str, seeds: dict[str, int], tokenizer: dict[s
         "code": git_state(), "config_sha256": sha256_text(config_yaml), "packages": package_versions(),
         "tokenizer": tokenizer, "tasks": tasks, "env": env, "verifier": verifier, "sandbox": sandbox,
         "seeds": seeds, "hardware": hardware(), "truncation_policy": truncation_policy, "model": model,
-        "backend": backend or {"name": "local"},  # run.backend (train/ray_backend.py)
+        "backend": backend or {"name": "local"},  # run.backend (rollout/ray_backend.py)
     }

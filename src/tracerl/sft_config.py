@@ -1,5 +1,5 @@
 """The `sft:` section of a recipe: where SFT examples come from (expert, a conversations file,
-rejection sampling from the current policy) and how they are trained (train/sft_stage.py)."""
+rejection sampling from the current policy) and how they are trained (run/sft_stage.py)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tracerl.config import load_recipe
-from tracerl.train.multienv import stage_envs
-from tracerl.train.stages import rl_stages
+from tracerl.run.multienv import stage_envs
+from tracerl.run.stages import rl_stages
 
 _spec = importlib.util.spec_from_file_location("bench_multi_env", Path(__file__).parents[2] / "benchmarks" / "multi_env.py")
 bench = importlib.util.module_from_spec(_spec)

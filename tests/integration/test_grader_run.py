@@ -9,7 +9,7 @@ import pytest
 
 from tracerl.config import load_recipe
 from tracerl.store import Store
-from tracerl.train.pipeline import run_recipe
+from tracerl.run.pipeline import run_recipe
 
 SMOKE = ["run.threads=1", "sft.epochs=3", "rl.steps=1", "rl.checkpoint_every=0", "eval.tasks=4", "stages=[sft, rl]"]
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tracerl.config import load_recipe
-from tracerl.train.pipeline import run_recipe
+from tracerl.run.pipeline import run_recipe
 
 SMALL = ["run.threads=1", "run.progress=false", "model.tiny={hidden_size: 64, num_layers: 2, num_heads: 2, "
          "intermediate_size: 128, vocab_size: 320}", "env.train_tasks=96", "env.heldout_tasks=8",

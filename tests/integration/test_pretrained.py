@@ -59,7 +59,7 @@ def test_rl_on_real_rewards_improves_heldout_and_saves_plain_hf(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from tracerl.config import load_recipe
-    from tracerl.train.pipeline import run_recipe
+    from tracerl.run.pipeline import run_recipe
 
     result = run_recipe(load_recipe("smollm2", [f"run.dir={tmp_path / 'run'}", "run.seed=0"]))
     before, after = result.evals[0]["eval/success"], result.evals[-1]["eval/success"]
@@ -79,7 +79,7 @@ def test_mopd_smollm2_recipe_scores_the_students_own_tokens(smollm2, tmp_path):
     import json
 
     from tracerl.config import load_recipe
-    from tracerl.train.pipeline import run_recipe
+    from tracerl.run.pipeline import run_recipe
 
     model, tok = smollm2
     model.save_pretrained(tmp_path / "teacher")

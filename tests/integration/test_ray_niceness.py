@@ -11,7 +11,7 @@ ray = pytest.importorskip("ray")
 @pytest.mark.slow
 def test_the_run_s_local_runtime_starts_actors_at_the_driver_s_niceness():
     from tracerl.backend_config import RayConfig
-    from tracerl.train.ray_backend import ray_runtime
+    from tracerl.rollout.ray_backend import ray_runtime
 
     if ray.is_initialized():
         pytest.skip("a runtime is already up in this process")

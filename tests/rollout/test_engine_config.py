@@ -32,7 +32,7 @@ def test_a_resolved_config_round_trips():
 
 def test_vllm_is_refused_before_the_run_writes_anything(tmp_path):
     from tracerl.rollout.vllm_engine import vllm_problem
-    from tracerl.train.pipeline import run_recipe
+    from tracerl.run.pipeline import run_recipe
 
     problem = vllm_problem()
     if problem is None:

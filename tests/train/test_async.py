@@ -21,13 +21,13 @@ from tracerl.rollout.workers import InProcessWorker, ProcessWorker, RolloutJob, 
 from tracerl.store import Store
 from tracerl.tasks import UniformSampler
 from tracerl.rollout.workers import SpecRef
-from tracerl.train.async_source import process_workers
-from tracerl.train.rl import RLState, train_rl
+from tracerl.rollout.async_source import process_workers
+from tracerl.run.rl_loop import RLState, train_rl
 from tracerl.train.roles import score_actions
-from tracerl.train.staleness import StalenessGate, lag, oldest_version
+from tracerl.rollout.staleness import StalenessGate, lag, oldest_version
 
 from async_helpers import PARITY, SLOW, TURNS  # noqa: E402  (a module the spawned workers import too)
-from tracerl.train.ray_backend import ray_workers
+from tracerl.rollout.ray_backend import ray_workers
 
 
 def _factory(backend, request, model, tok, recipe):

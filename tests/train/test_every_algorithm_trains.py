@@ -16,7 +16,7 @@ from tracerl.rollout import TorchEngine
 from tracerl.store import Store
 from tracerl.tasks import UniformSampler
 from tracerl.train.checkpoint import freeze
-from tracerl.train.rl import train_rl
+from tracerl.run.rl_loop import train_rl
 
 TRAINER_KINDS = ("advantage", "loss", "kl", "correction", "reward", "selection", "controller")
 

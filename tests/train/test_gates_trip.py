@@ -15,7 +15,7 @@ from tracerl.rollout.engine import Sample
 from tracerl.store import Store
 from tracerl.tasks import UniformSampler
 from tracerl.telemetry import GateTripped
-from tracerl.train.rl import train_rl
+from tracerl.run.rl_loop import train_rl
 from tracerl.verifiers.audit import register_audit
 from tracerl.verifiers.base import AuditCase, VerifierResult
 

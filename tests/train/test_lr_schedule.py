@@ -12,7 +12,7 @@ from tracerl.errors import UserError
 def _lrs(recipe, model, tok, steps: int) -> list[float]:
     from tracerl.envs import get_env
     from tracerl.train.learner import build_learner
-    from tracerl.train.rl import RLState
+    from tracerl.run.rl_loop import RLState
 
     ln = build_learner(recipe, recipe.rl.algorithm, copy.deepcopy(model), tok, spec=get_env(recipe.env.name),
                        state=RLState(), reference=copy.deepcopy(model), stage_index=0)

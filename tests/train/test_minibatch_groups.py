@@ -17,7 +17,7 @@ from tracerl.store import Store
 from tracerl.tasks import UniformSampler
 from tracerl.train import update
 from tracerl.train.roles import PolicyRole, Roles
-from tracerl.train.rl import train_rl
+from tracerl.run.rl_loop import train_rl
 from tracerl.train.update import minibatch_rows, rl_update
 
 

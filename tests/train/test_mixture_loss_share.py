@@ -13,7 +13,7 @@ from tracerl.algorithms.batch import Batch
 from tracerl.algorithms.losses import policy_loss
 from tracerl.config import load_recipe
 from tracerl.errors import UserError
-from tracerl.train.multienv import EnvRouter
+from tracerl.run.multienv import EnvRouter
 
 MINI = str(Path(__file__).with_name("multi_env_mini.yaml"))
 

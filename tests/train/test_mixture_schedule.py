@@ -12,7 +12,7 @@ from tracerl.contract.task import Task
 from tracerl.errors import UserError
 from tracerl.store import Store
 from tracerl.tasks import UniformSampler
-from tracerl.train.multienv import EnvMixtureSampler
+from tracerl.run.multienv import EnvMixtureSampler
 
 MINI = str(Path(__file__).with_name("multi_env_mini.yaml"))
 
@@ -46,7 +46,7 @@ def test_alternate_resumes_at_the_same_turn():
 
 
 def test_alternate_run_draws_one_environment_per_step_at_the_shares(tmp_path):
-    from tracerl.train.pipeline import run_recipe
+    from tracerl.run.pipeline import run_recipe
 
     recipe = load_recipe(MINI, [f"run.dir={tmp_path / 'run'}", "mixture={schedule: alternate}", "rl.steps=4",
                                 "rl.eval_every=0", "rl.checkpoint_every=0", "stages=[sft, rl]"])

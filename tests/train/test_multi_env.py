@@ -17,7 +17,7 @@ from tracerl.errors import UserError
 from tracerl.store import Store
 from tracerl.tasks import UniformSampler
 from tracerl.telemetry import GateTripped
-from tracerl.train.multienv import EnvMixtureSampler, EnvRouter, domain_metrics, resolve_routes, stage_envs
+from tracerl.run.multienv import EnvMixtureSampler, EnvRouter, domain_metrics, resolve_routes, stage_envs
 
 MINI = Path(__file__).with_name("multi_env_mini.yaml")
 THREE = "envs=[{name: math_tool, share: 2}, {name: arith, share: 1, max_turns: 1}, {name: search_qa, share: 1}]"
@@ -133,7 +133,7 @@ def test_regression_gate_trips_only_past_the_tolerance_below_the_best():
 # -- whole runs -----------------------------------------------------------------------------------
 
 def test_mixture_run_completes_with_per_env_eval_telemetry_and_sft_shares(tmp_path):
-    from tracerl.train.pipeline import run_recipe
+    from tracerl.run.pipeline import run_recipe
 
     res = run_recipe(load_recipe(str(MINI), [f"run.dir={tmp_path / 'run'}"]))
     with Store(res.run_dir / "store.sqlite") as store:
@@ -168,7 +168,7 @@ def test_mixture_run_completes_with_per_env_eval_telemetry_and_sft_shares(tmp_pa
 
 
 def test_cascade_changes_the_environment_set_between_stages(tmp_path):
-    from tracerl.train.pipeline import run_recipe
+    from tracerl.run.pipeline import run_recipe
 
     stages = ("rl.stages=[{name: math, steps: 1, envs: [math_tool]}, "
               "{name: words, steps: 1, envs: [arith, search_qa], reset_optimizer: true, max_new_tokens: 12}]")
@@ -186,9 +186,9 @@ def test_cascade_changes_the_environment_set_between_stages(tmp_path):
 def test_regression_gate_stops_cleanly_when_one_domains_reward_is_sabotaged(tmp_path, monkeypatch):
     """arith's verifier is made to reward everything until RL starts, then nothing: its held-out
     success falls from 1.0 to 0.0 at the step-1 evaluation, past the 0.5 tolerance."""
-    import tracerl.train.rl_stage as mp
+    import tracerl.run.rl_stage as mp
     from tracerl.envs.arith.verifier import ArithStatedSum
-    from tracerl.train.pipeline import run_recipe
+    from tracerl.run.pipeline import run_recipe
     from tracerl.verifiers import registry
 
     flag = {"sabotaged": False}
@@ -218,7 +218,7 @@ def test_regression_gate_stops_cleanly_when_one_domains_reward_is_sabotaged(tmp_
 
 
 def test_a_recipe_without_envs_is_the_one_route_of_its_env():
-    from tracerl.train.stages import recipe_tasks
+    from tracerl.run.stages import recipe_tasks
 
     r = load_recipe("smoke", ["faults.tool_crash=0.5"])
     (route,) = resolve_routes(r, wrap=lambda s: dataclasses.replace(s, name="wrapped"))

@@ -12,8 +12,8 @@ from tracerl.rollout import TorchEngine
 from tracerl.store import RunDir, Store
 from tracerl.tasks import UniformSampler
 from tracerl.telemetry import GateTripped
-from tracerl.train.pipeline import run_recipe
-from tracerl.train.rl import train_rl
+from tracerl.run.pipeline import run_recipe
+from tracerl.run.rl_loop import train_rl
 
 LIMIT = 1e-3  # float32 engine vs float32 learner agree to ~1e-5; a bfloat16 copy or a temperature slip do not
 

@@ -16,9 +16,9 @@ from tracerl.rollout.ray_worker import RayWorker
 from tracerl.rollout.workers import InProcessWorker, RolloutJob, Runner, WorkerSettings, SpecRef, weights_blob
 from tracerl.store import Store
 from tracerl.tasks import UniformSampler
-from tracerl.train.ray_backend import WorkerEpisodes, ray_episodes
+from tracerl.rollout.ray_backend import WorkerEpisodes, ray_episodes
 from tracerl.rollout import TorchEngine
-from tracerl.train.rl import RLState, train_rl
+from tracerl.run.rl_loop import RLState, train_rl
 
 from async_helpers import PARITY  # noqa: E402  (a module the actors import too)
 
@@ -160,7 +160,7 @@ def test_without_ray_one_sentence_and_no_run_dir(tmp_path, monkeypatch, capsys):
 def test_a_null_address_starts_a_runtime_of_the_runs_own(monkeypatch):
     """ray.address: null must not join a `ray start` cluster that happens to run on this machine
     (ray.init with no address does): the run asks for address="local"; a set address is passed on."""
-    import tracerl.train.ray_backend as rb
+    import tracerl.rollout.ray_backend as rb
 
     calls = []
 

@@ -9,7 +9,7 @@ from tracerl.contract.task import Task
 from tracerl.envs import EnvSpec, Step, get_env
 from tracerl.rollout import LoopBudgets
 from tracerl.rollout.sampling import Sample
-from tracerl.train.rejection import rejection_sample
+from tracerl.run.rejection import rejection_sample
 
 # per task, the four completions the scripted policy writes (row i of the batch = task i // 4, sample i % 4)
 SCRIPT = [["yes", "no", "yes", "crash"],   # kept 2 (identical: 1 distinct), 1 infra

@@ -10,7 +10,7 @@ from tracerl.config import load_recipe
 from tracerl.rollout import TorchEngine
 from tracerl.store import Store
 from tracerl.tasks import UniformSampler
-from tracerl.train.rl import RLState, train_rl
+from tracerl.run.rl_loop import RLState, train_rl
 
 
 def _train(model, tok, recipe, store, spec, state=None, stop_at=None, reference=None):

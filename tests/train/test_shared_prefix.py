@@ -136,7 +136,7 @@ def test_learner_share_prefix_reaches_the_policy_role(tiny, share):
     from tracerl.config import load_recipe
     from tracerl.envs import get_env
     from tracerl.train.learner import build_learner
-    from tracerl.train.rl import RLState
+    from tracerl.run.rl_loop import RLState
 
     model, tok = tiny
     model = copy.deepcopy(model)

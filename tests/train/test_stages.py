@@ -11,8 +11,8 @@ from tracerl.config import load_recipe
 from tracerl.errors import UserError
 from tracerl.store import RunDir
 from tracerl.train.checkpoint import load_trainer_state
-from tracerl.train.pipeline import run_recipe
-from tracerl.train.stages import rl_stages
+from tracerl.run.pipeline import run_recipe
+from tracerl.run.stages import rl_stages
 
 STAGES = ('rl.stages=[{name: warm, steps: 2}, {name: hard, steps: 2, group_size: 2, max_new_tokens: 16, '
           'reset_optimizer: true, reset_reference: true, tasks: {sampler: {kind: curriculum}, '
@@ -176,7 +176,7 @@ def test_rl_stops_at_the_generated_token_budget(tmp_path, parity_env):
 def test_expert_error_rate_reaches_the_env_expert():
     from tracerl.envs import get_env
     from tracerl.train.demos import collect_demos
-    from tracerl.train.pipeline import expert_kwargs
+    from tracerl.run.pipeline import expert_kwargs
 
     spec = get_env("workplace_db")
     tasks = spec.generate("train", 10, 0)

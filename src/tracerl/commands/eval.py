@@ -95,7 +95,7 @@ def run(args) -> int:
 
     env_cfg, spec = recipe.env, None
     if recipe.envs:  # a run over several environments: evaluate one of them, under its own budgets
-        from tracerl.train.multienv import resolve_routes
+        from tracerl.run.multienv import resolve_routes
 
         routes = {r.name: r for r in resolve_routes(recipe)}
         if args.env not in routes:

@@ -82,7 +82,7 @@ def resolve_target(target: str, license: str | None = None):
             except ValidationError as err:
                 raise UserError(f"{target!r}: tasks.{_first_error(err)}") from None
     from tracerl.config import load_recipe
-    from tracerl.train.stages import recipe_tasks
+    from tracerl.run.stages import recipe_tasks
 
     recipe = load_recipe(target)
     return recipe_tasks(recipe), recipe

@@ -38,7 +38,7 @@ def run(args) -> int:
 
     get_env(recipe.env.name)  # an unknown env (a forgotten --import) fails before the run directory exists
 
-    from tracerl.train.pipeline import run_recipe
+    from tracerl.run.pipeline import run_recipe
 
     result = run_recipe(recipe, resume=args.resume)
     print(next_line(result.run_dir))

@@ -69,7 +69,7 @@ class RoutesRef:
 
     @classmethod
     def for_routes(cls, routes, task_env: Mapping[str, str], faults: dict | None) -> RoutesRef:
-        """From a run's routes (each with `name`, `spec`, `budgets`: train/multienv.py `EnvRoute`)."""
+        """From a run's routes (each with `name`, `spec`, `budgets`: run/multienv.py `EnvRoute`)."""
         modules = {getattr(get_env(r.name).make, "__module__", None) for r in routes}
         return cls({r.name: dict(r.spec.reward_weights) for r in routes}, {r.name: r.budgets for r in routes},
                    dict(task_env), faults, tuple(sorted(m for m in modules if m and m != "__main__")))

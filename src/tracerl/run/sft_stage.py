@@ -2,7 +2,7 @@
 
 expert: the env's scripted expert played through the env (train/demos.py);
 data: a conversations file (train/sft_data.py); rejection: the current policy's own samples that
-the verifier accepts (train/rejection.py). All three train with the same ACTION-only loss.
+the verifier accepts (run/rejection.py). All three train with the same ACTION-only loss.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from tracerl.config import Recipe
 from tracerl.rollout import LoopBudgets
 from tracerl.train.demos import tokenize_demo
-from tracerl.train.rejection import RULE, rejection_sample
+from tracerl.run.rejection import RULE, rejection_sample
 from tracerl.train.sft import train_sft
 from tracerl.train.sft_data import load_conversations
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from tracerl.eval.heldout import run_heldout
 from tracerl.eval.record import heldout_protocol, record_evaluation
 from tracerl.eval.slices import report_slices
-from tracerl.train.run_common import RunResult, _say
-from tracerl.train.run_envs import RunEnvs
+from tracerl.run.common import RunResult, _say
+from tracerl.run.envs import RunEnvs
 
 _MACRO = ("success", "tool_calls_per_episode", "truncation_rate", "infra_failure_rate")
 

@@ -1,4 +1,4 @@
-"""What the pipeline's parts share (`train/pipeline.py` and its stages): the run result, console
+"""What the pipeline's parts share (`run/pipeline.py` and its stages): the run result, console
 output, the manifest's sandbox entry, the resume point and the final table."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The RL loop of every mode: rollout source → one RL step (Batch → Algorithm update) → publish → log.
 
-A rollout source (`train/sources.py`: sync, or async under a staleness bound, `train/async_source.py`)
+A rollout source (`rollout/sources.py`: sync, or async under a staleness bound, `rollout/async_source.py`)
 yields each step's groups; `rl_step` collates them once, has the roles score the batch and runs the
 learner's update (`train/update.py`: one minibatch loop, in-process or on the ranks of a sharded
 learner); the loop publishes the new version, evaluates, gates, checkpoints and logs. Sync, async,
@@ -30,10 +30,10 @@ from tracerl.rollout import run_episodes
 from tracerl.store.credit import per_trajectory, record_credit
 from tracerl.tasks import Sampler
 from tracerl.telemetry import GateTripped, step_metrics
-from tracerl.train.async_source import async_algorithm
+from tracerl.rollout.async_source import async_algorithm
 from tracerl.train.learner import Learner, build_learner
 from tracerl.train.roles import Roles
-from tracerl.train.sources import StepRollouts, SyncSource
+from tracerl.rollout.sources import StepRollouts, SyncSource
 
 
 @dataclasses.dataclass
@@ -49,7 +49,7 @@ class RLState:
     gate_state: dict | None = None
     roles_state: dict | None = None  # optimizer and schedule of each trained role
     algorithm_state: dict | None = None  # entropy controller, the algorithm's random stream
-    async_state: dict | None = None  # rl.mode async: buffered results and in-flight jobs (train/async_source.py)
+    async_state: dict | None = None  # rl.mode async: buffered results and in-flight jobs (rollout/async_source.py)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -81,11 +81,11 @@ class _CapturingRoles:
 
 def make_source(recipe: Recipe, algo, *, engine, sampler, spec, state: RLState, ln: Learner, grader, episodes,
                 tokenizer, tokenizer_hashes, store, until: int, model, worker_factory=None):
-    """The stage's rollout source: `rl.mode` sync or async (train/sources.py)."""
+    """The stage's rollout source: `rl.mode` sync or async (rollout/sources.py)."""
     common = dict(recipe=recipe, algo=algo, sampler=sampler, spec=spec, state=state, budgets=ln.budgets,
                   astate=ln.astate, grader=grader, tokenizer=tokenizer, tokenizer_hashes=tokenizer_hashes)
     if recipe.rl.mode == "async":
-        from tracerl.train.async_source import AsyncSource
+        from tracerl.rollout.async_source import AsyncSource
 
         return AsyncSource(**common, store=store, until=until, model=model, worker_factory=worker_factory)
     return SyncSource(**common, engine=engine, episodes=episodes)
@@ -105,7 +105,7 @@ def rl_step(got: StepRollouts, *, ln: Learner, algo, recipe: Recipe, spec, state
     batch = collate(trajs, pad_id=tokenizer.pad_token_id, truncation=cfg.truncation,
                     truncation_penalty=cfg.truncation_penalty)
     rewards, shaping = algo.shape_rewards(batch, trajs, ctx)
-    if hasattr(spec, "normalize"):  # several environments (train/multienv.py): per-domain reward scale
+    if hasattr(spec, "normalize"):  # several environments (run/multienv.py): per-domain reward scale
         rewards, norm = spec.normalize(rewards, trajs)
         shaping |= norm | spec.share_loss(batch, trajs)  # mixture.loss_share: per-domain loss weights
     capture = _CapturingRoles(roles)

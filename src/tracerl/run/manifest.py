@@ -11,11 +11,11 @@ from __future__ import annotations
 from tracerl.contract.task import tasks_sha256
 from tracerl.envs._verify import declared_verifier
 from tracerl.manifest import build_manifest
-from tracerl.train import ray_backend
-from tracerl.train.multienv import stage_envs
-from tracerl.train.run_common import _sandbox_revision
-from tracerl.train.run_envs import RunEnvs
-from tracerl.train.stages import rl_stages
+from tracerl.rollout import ray_backend
+from tracerl.run.multienv import stage_envs
+from tracerl.run.common import _sandbox_revision
+from tracerl.run.envs import RunEnvs
+from tracerl.run.stages import rl_stages
 
 
 def _pool(envs: RunEnvs, name: str) -> dict:

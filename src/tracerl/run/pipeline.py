@@ -1,10 +1,10 @@
 """Run a recipe end to end: build or load the model, then its stages in order (docs/architecture.md, "The loop").
 
 `run_recipe` creates the run directory, writes the resolved config and the manifest, and runs
-`sft`/`rft`, `eval` and `rl` stages as listed, over the run's environments (train/run_envs.py):
+`sft`/`rft`, `eval` and `rl` stages as listed, over the run's environments (run/envs.py):
 a recipe's `env:` is one route, `envs:` several. Each stage body is written once: SFT in
-train/sft_stage.py, held-out evaluation in train/eval_stage.py (the same frozen protocol every
-time, so the before/after table compares them), RL stages in train/rl_stage.py.
+run/sft_stage.py, held-out evaluation in run/eval_stage.py (the same frozen protocol every
+time, so the before/after table compares them), RL stages in run/rl_stage.py.
 """
 
 from __future__ import annotations
@@ -30,20 +30,20 @@ from tracerl.models.device import model_device
 from tracerl.train.checkpoint import load_reference, save_checkpoint
 from tracerl.train.model_setup import attach_lora_if_due, check_model_setup, place_policy
 from tracerl.train.demos import demo_texts
-from tracerl.train.eval_stage import HeldoutEval
+from tracerl.run.eval_stage import HeldoutEval
 from tracerl.train.grading import GraderRole
-from tracerl.train.rl import RLState
-from tracerl.train.rl_stage import run_rl_stages
-from tracerl.train import ray_backend
-from tracerl.train.run_common import RunResult, _print_table, _quiet_transformers, _resume_point, _say
-from tracerl.train.run_envs import RunEnvs, expert_kwargs  # noqa: F401 (expert_kwargs: this module's API)
-from tracerl.train.run_manifest import run_manifest
-from tracerl.train.sft_stage import load_sft_data, run_sft_stage
+from tracerl.run.rl_loop import RLState
+from tracerl.run.rl_stage import run_rl_stages
+from tracerl.rollout import ray_backend
+from tracerl.run.common import RunResult, _print_table, _quiet_transformers, _resume_point, _say
+from tracerl.run.envs import RunEnvs, expert_kwargs  # noqa: F401 (expert_kwargs: this module's API)
+from tracerl.run.manifest import run_manifest
+from tracerl.run.sft_stage import load_sft_data, run_sft_stage
 
 
 def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult:
     """Run every stage of `recipe`; with `resume`, continue that run from its latest RL checkpoint."""
-    if recipe.run.backend == "ray" and not ray_backend.active():  # rollouts in Ray actors: train/ray_backend.py
+    if recipe.run.backend == "ray" and not ray_backend.active():  # rollouts in Ray actors: rollout/ray_backend.py
         return ray_backend.run_on_ray(run_recipe, recipe, resume=resume)
     t_start = time.time()
     torch.set_num_threads(recipe.run.threads)
@@ -75,7 +75,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     config_yaml = yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)
     run.config_path.write_text(config_yaml)
 
-    envs = RunEnvs.load(recipe)  # the routes, their unfiltered pools and held-out tasks (train/run_envs.py)
+    envs = RunEnvs.load(recipe)  # the routes, their unfiltered pools and held-out tasks (run/envs.py)
     seed = recipe.run.seed
     demos, sft_counts = [], {}
     if resume is None and file_demos is not None:
@@ -129,7 +129,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     for stage in stages:
         attach_lora_if_due(model, tokenizer, recipe, stage=stage, run_path=run.path)  # the tiny model: after its SFT
         sync_weights(clean_engine, model, version)  # an engine with its own weights sees what SFT changed
-        if stage in ("sft", "rft"):  # an rft stage is a rejection-sampled SFT pass (train/sft_stage.py)
+        if stage in ("sft", "rft"):  # an rft stage is a rejection-sampled SFT pass (run/sft_stage.py)
             first = envs.routes[0]  # what rejection sampling plays (it is refused with envs: at load)
             run_sft_stage("rejection" if stage == "rft" else recipe.sft.source, stage=stage, recipe=recipe, model=model,
                           tokenizer=tokenizer, engine=engine, spec=first.spec, demos=demos,

@@ -29,7 +29,7 @@ from tracerl.tasks import TasksConfig
 from tracerl.tasks.samplers import allocate
 from tracerl.telemetry import episodes
 from tracerl.telemetry.gates import GateTrip
-from tracerl.train.stages import recipe_tasks
+from tracerl.run.stages import recipe_tasks
 
 
 @dataclasses.dataclass

@@ -1,9 +1,9 @@
 """The environments of a run and their tasks: one route for a recipe's `env:`, one per `envs:` entry.
 
-`RunEnvs.load` resolves the routes (train/multienv.py: each route's training spec carries the
+`RunEnvs.load` resolves the routes (run/multienv.py: each route's training spec carries the
 recipe's `faults:`, its `clean` spec is the env as it is, for held-out evaluation), builds each
 route's task pool before any profile-based filter (SFT demonstrations and the manifest use it;
-each RL stage builds its own pool from it, train/rl_stage.py) and its held-out tasks, and maps
+each RL stage builds its own pool from it, run/rl_stage.py) and its held-out tasks, and maps
 every task id to its environment. `mixed` is true with `envs:`: only then do RL stages draw through
 an `EnvMixtureSampler` and play through an `EnvRouter`, held-out numbers come per environment, and
 SFT records the share of each environment's demonstrations.
@@ -20,7 +20,7 @@ from tracerl.errors import UserError
 from tracerl.faults import wrap_spec
 from tracerl.tasks import TaskPool, build_pool
 from tracerl.train.demos import collect_demos
-from tracerl.train.multienv import EnvRoute, resolve_routes
+from tracerl.run.multienv import EnvRoute, resolve_routes
 
 
 def expert_kwargs(recipe, error_rate: float | None = None) -> dict:

@@ -1,4 +1,4 @@
-"""The `rl` stage of a run: its RL stages in order (train/stages.py), each over its environments.
+"""The `rl` stage of a run: its RL stages in order (run/stages.py), each over its environments.
 
 At a stage's fresh start its resets apply (optimizer, KL reference), each of its environments'
 pools and samplers is built (stages.build_stage_tasks, profiling under the current policy when the
@@ -6,7 +6,7 @@ stage needs pass rates) and the boundary is recorded (event `rl_stage`, the task
 stage rebuilds the same pools and reloads its sampler state. A recipe's single `env:` is the one
 route, trained through its own spec and sampler. With `envs:` a stage trains on its environments
 (`rl.stages[i].envs`, a domain cascade): their samplers are drawn at the target shares
-(`EnvMixtureSampler`) and rollouts are played by an `EnvRouter` (train/multienv.py), which also
+(`EnvMixtureSampler`) and rollouts are played by an `EnvRouter` (run/multienv.py), which also
 normalises rewards per environment and gates on per-domain held-out regressions.
 """
 
@@ -19,11 +19,11 @@ from tracerl.errors import UserError
 from tracerl.faults import wrap_spec
 from tracerl.rollout.attempts import engine_attempt_fn
 from tracerl.train.model_setup import new_reference
-from tracerl.train.multienv import EnvMixtureSampler, EnvRouter, resolve_routes, stage_envs
-from tracerl.train.rl import RLState, train_rl
-from tracerl.train.run_common import _say
-from tracerl.train.run_envs import RunEnvs
-from tracerl.train.stages import RLStage, build_stage_tasks, rl_stages, write_ledger
+from tracerl.run.multienv import EnvMixtureSampler, EnvRouter, resolve_routes, stage_envs
+from tracerl.run.rl_loop import RLState, train_rl
+from tracerl.run.common import _say
+from tracerl.run.envs import RunEnvs
+from tracerl.run.stages import RLStage, build_stage_tasks, rl_stages, write_ledger
 
 
 def stage_routes(recipe, st: RLStage):

@@ -1,4 +1,4 @@
-"""Rollout sources of the RL loop (`train/rl.py`): where each step's groups of trajectories come from.
+"""Rollout sources of the RL loop (`run/rl_loop.py`): where each step's groups of trajectories come from.
 
 A source hands the loop one `StepRollouts` per step — the groups it selected for training, everything
 it generated (selection's leftovers are stored, never trained), the tokens' entropies and its own
@@ -8,10 +8,10 @@ not know which source runs:
 - `SyncSource` (`rl.mode: sync`): plays the step's tasks with the current policy, in the trainer's
   process, in a Ray actor (`run.backend: ray`) or through the gateway's external agent, with DAPO
   dynamic sampling when asked; the loop waits for it.
-- `AsyncSource` (`rl.mode: async`, train/async_source.py): rollout workers generate ahead of the
+- `AsyncSource` (`rl.mode: async`, rollout/async_source.py): rollout workers generate ahead of the
   learner under the staleness bound η.
 
-A multi-environment run (`envs:`) is a spec with a `play` method (`train/multienv.py` `EnvRouter`):
+A multi-environment run (`envs:`) is a spec with a `play` method (`run/multienv.py` `EnvRouter`):
 both sources play it, so each task runs in its own environment with its own budgets.
 """
 

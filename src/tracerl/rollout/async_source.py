@@ -2,11 +2,11 @@
 
 Shape (AReaL; veRL's one-step-off-policy is η = 1 with one worker): the source issues rollout jobs
 (one step's tasks each, drawn by the stage's sampler in step order) to a `WorkerPool`, as far ahead
-as the staleness bound η allows (`train/staleness.py`); after every update the loop publishes the new
+as the staleness bound η allows (`rollout/staleness.py`); after every update the loop publishes the new
 weights by version. Finished jobs wait in a bounded buffer; each step takes the first one that
 finished, re-checks every trajectory's lag, stores and counts the over-stale ones under stage
 `rl_stale` (never trained), grades (`roles.grader`) and selects the rest, and hands them to the one
-RL step (`train/rl.py`), which trains them with the decoupled surrogate: behavior log-probs from the
+RL step (`run/rl_loop.py`), which trains them with the decoupled surrogate: behavior log-probs from the
 sampler, proximal log-probs recomputed by the learner at the start of the update, the ratio clipped
 around the proximal policy (TIS / MIS still apply when `rl.algorithm.correction` is set).
 
@@ -29,8 +29,8 @@ from tracerl.rollout.worker_pool import WorkerPool
 from tracerl.rollout.workers import ProcessWorker, RolloutJob, RolloutResult, SpecRef, weights_blob, worker_settings
 from tracerl.tasks import next_groups
 from tracerl.telemetry import async_metrics as am
-from tracerl.train.sources import StepRollouts, select
-from tracerl.train.staleness import StalenessGate, lag
+from tracerl.rollout.sources import StepRollouts, select
+from tracerl.rollout.staleness import StalenessGate, lag
 
 
 def async_algorithm(algo):
@@ -60,7 +60,7 @@ class AsyncSource:
 
     def __init__(self, *, recipe, algo, sampler, spec, state, budgets, astate, grader, tokenizer, tokenizer_hashes,
                  store, until: int, model, worker_factory=None):
-        from tracerl.train.ray_backend import ray_workers
+        from tracerl.rollout.ray_backend import ray_workers
 
         cfg = recipe.rl
         self.recipe, self.algorithm, self.sampler, self.state, self.astate = recipe, algo, sampler, state, astate
