@@ -65,7 +65,7 @@ def test_plain_weights_of_a_lora_policy_are_the_merged_policy(tiny, lora_policy)
     assert not any(getattr(m, "merged", False) for m in lora_policy.modules())
     plain = plain_state_dict(base)  # a plain model: its own tensors, untouched
     assert all(plain[k].data_ptr() == v.data_ptr() for k, v in base.state_dict().items())
-    merged = lora.merged_model(lora_policy)  # `tracerl merge` folds the adapter the same way
+    merged = plain_copy(lora_policy)  # `tracerl merge` folds the adapter the same way
     assert all(torch.equal(merged.state_dict()[k], v) for k, v in sd.items())
 
 

@@ -13,7 +13,7 @@ import torch
 
 from tracerl.algorithms.spec import ALGORITHMS, StepContext
 from tracerl.config import load_recipe
-from tracerl.train.update import minibatch_scale
+from tracerl.train.minibatch import minibatch_scale
 
 
 def test_sharded_normalisation_by_hand():

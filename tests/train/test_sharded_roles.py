@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tracerl.algorithms.spec import ALGORITHMS, StepContext
-from tracerl.train.update import row_separable
+from tracerl.train.minibatch import row_separable
 
 from test_fsdp_learner import _batch, max_diff, run_controller, tiny_model
 

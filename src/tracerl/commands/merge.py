@@ -26,6 +26,7 @@ def register(sub) -> None:
 def merge_checkpoint(checkpoint: str | Path, out: str | Path) -> Path:
     from tracerl.models import lora
     from tracerl.models.load import load_adapter_checkpoint
+    from tracerl.models.weights import plain_copy
 
     ckpt, out = Path(checkpoint), Path(out)
     if not ckpt.is_dir():
@@ -36,7 +37,7 @@ def merge_checkpoint(checkpoint: str | Path, out: str | Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {out} already exists and is not an empty folder; choose a new folder")
     model, tokenizer = load_adapter_checkpoint(ckpt, trainable=False)
-    merged = lora.merged_model(model)
+    merged = plain_copy(model)  # the adapter folded into a copy of the base weights
     out.mkdir(parents=True, exist_ok=True)
     merged.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)

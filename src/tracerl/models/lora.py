@@ -11,7 +11,7 @@ learner and evaluation keep holding the same `model` object and see the adapted 
 - `merged_weights` computes each adapted layer's merged weight W + (alpha/r)·B·A (peft's own
   `get_delta_weight`, without touching the module); `models/weights.py` turns them into the plain
   model's state_dict that rollout workers, Ray actors and engines with their own copy load at every
-  sync, and `merged_model` into a plain Hugging Face module (`tracerl merge`).
+  sync, and `models/weights.py` `plain_copy` into a plain Hugging Face module (`tracerl merge`).
 
 Only adapter parameters require gradients; the optimizer (`train/optim.py`) holds only those.
 """
@@ -185,10 +185,3 @@ def merged_weights(model) -> dict[str, torch.Tensor]:
                     w = w + mod.get_delta_weight(adapter).to(w.dtype)
             out[f"{name}.weight"] = w
     return out
-
-
-def merged_model(model):
-    """A plain Hugging Face module: the adapter folded into (a copy of) the base weights (models/weights.py)."""
-    from tracerl.models.weights import plain_copy
-
-    return plain_copy(model)

@@ -1,7 +1,7 @@
 """The sharded policy of the FSDP2 learner (`learner.ranks > 1`): one copy of the policy per rank,
 its parameters, gradients and AdamW moments sharded over the process group by `fully_shard`.
 
-Every rank runs the one minibatch loop, `train/update.py` `policy_steps`, with the same arguments;
+Every rank runs the one minibatch loop, `train/minibatch.py` `policy_steps`, with the same arguments;
 `ShardedPolicy` is what it trains there (`score`, `step`, `module`). Data parallel over the
 `Batch`'s rows when the loss is `row_separable`: each of the `minibatches` optimizer steps splits
 its rows across the ranks (`idx[rank::world]`), and the rank's loss keeps the single-process

@@ -6,7 +6,7 @@ alike): it plays the rollouts, collates the `Batch`, computes the no-gradient sc
 proximal, teachers) with its full copy of the policy, trains the auxiliary roles (critic, PRM),
 computes the advantages on whole groups and chooses each minibatch's rows; then
 `ShardedPolicyRole.train_steps` broadcasts one `update` command and every rank runs the one
-minibatch loop, `policy_steps` (`train/update.py`), on its share of the policy (`train/fsdp.py`).
+minibatch loop, `policy_steps` (`train/minibatch.py`), on its share of the policy (`train/fsdp.py`).
 The step ends with the full weights gathered to rank 0 and loaded into the rollout engine's model —
 the next version's weights, before the next rollout. Workers only answer commands (build, update,
 scheduler step, state); they write nothing.
@@ -32,7 +32,7 @@ from tracerl.algorithms.batch import Batch
 from tracerl.algorithms.spec import Algorithm, PolicyOutput, StepContext
 from tracerl.train.fsdp import ShardedPolicy
 from tracerl.train.roles import score_actions
-from tracerl.train.update import policy_steps
+from tracerl.train.minibatch import policy_steps
 
 _TIMEOUT = datetime.timedelta(minutes=30)
 _GROUP: LearnerGroup | None = None

@@ -128,8 +128,8 @@ class PolicyRole:
 
     def train_steps(self, algo, batch: Batch, rewards_B: torch.Tensor, scores: dict[str, torch.Tensor],
                     adv_BT: torch.Tensor, slices: list[torch.Tensor], *, minibatches: int, ctx) -> dict[str, float]:
-        """The policy's optimizer steps of `rl_update`, one per slice (`train/update.py` `policy_steps`), here."""
-        from tracerl.train.update import policy_steps
+        """The policy's optimizer steps of `rl_update`, one per slice (`train/minibatch.py` `policy_steps`), here."""
+        from tracerl.train.minibatch import policy_steps
 
         return policy_steps(algo, self, batch, rewards_B, scores, adv_BT, slices, minibatches=minibatches, ctx=ctx)
 
