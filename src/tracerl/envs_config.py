@@ -160,14 +160,6 @@ def check_envs(recipe) -> str | None:
             bad = [n for n in st.envs if n not in names]
             if bad or not st.envs:
                 return f"rl.stages.{k}.envs names {bad or 'no environment'}; use some of the run's envs: {names}"
-    if recipe.sft.source == "rejection" or "rft" in recipe.stages:
-        return ("rejection sampling (sft.source: rejection, an rft stage) plays one environment and is not wired for "
-                "envs: yet; use sft.source: expert and drop the rft stage")
-    if recipe.eval.slices:
-        return "eval.slices replays one environment's held-out tasks and is not wired for envs: yet; drop eval.slices"
-    if recipe.gates.audit_failures_max is not None:
-        return ("gates.audit_failures_max replays one environment's audit set and is not wired for envs: yet; "
-                "unset it and run `tracerl audit <env>` for each environment")
     algo = recipe.rl.algorithm
     if recipe.mixture.loss_share == "episodes" and (algo.aggregation == "sequence" or algo.name == "mopd"):
         why = ("aggregation sequence already weighs every episode the same" if algo.aggregation == "sequence"

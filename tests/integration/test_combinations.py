@@ -126,3 +126,21 @@ def test_every_pair_of_settings_runs(row, teachers, tmp_path):
         assert "name: hf" in config
     want = {"ppo": "critic/", "prime": "prm/", "mopd": "mopd/reverse_kl/t", "grpo": "policy/pg_loss"}[s["algo"]]
     assert any(k.startswith(want) for k in keys), sorted(keys)
+
+
+def test_rft_slices_and_audits_run_over_several_environments(tmp_path):
+    """Rejection sampling plays every environment's tasks, each in its own environment; eval slices and the
+    audit gate run per environment (all three were once refused with envs:)."""
+    from tracerl.store import Store
+
+    run = tmp_path / "run"
+    r = _train([str(HERE / "combos_features.yaml"), f"run.dir={run}"])
+    assert r.returncode == 0, r.stderr[-4000:]
+    with Store(run / "store.sqlite") as store:
+        assert sorted({t.env_name for t in store.trajectories(stage="rft")}) == ["calc_json", "math_tool"]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    keys = set().union(*rows)
+    assert {"eval/math_tool/slice/tool_error/success", "eval/calc_json/slice/tool_error/success"} <= keys
+    audit = [m for m in rows if "verifier/audit_cases" in m]
+    assert audit and all(m["verifier/audit_cases"] == m["verifier/math_tool/audit_cases"]
+                         + m["verifier/calc_json/audit_cases"] > 0 for m in audit)

@@ -86,12 +86,15 @@ def run_slices(run_heldout, engine, spec: EnvSpec, tasks, kinds: list[str], faul
 
 
 def report_slices(run, step: int, recipe, run_heldout, engine, spec: EnvSpec, tasks, clean_trajectories, frozen: dict,
-                  *, say) -> dict[str, float]:
-    """Run the recipe's slices, log them (stage eval) and print one line per slice; returns the metrics."""
+                  *, say, env: str | None = None) -> dict[str, float]:
+    """Run the recipe's slices, log them (stage eval) and print one line per slice; returns the metrics
+    (`eval/slice/*`, or `eval/<env>/slice/*` for one environment of an `envs:` run)."""
     m = run_slices(run_heldout, engine, spec, tasks, list(recipe.eval.slices), recipe.faults, clean_trajectories, **frozen)
-    run.log_metrics(m, stage="eval", step=step)
     parts = [f"{k}: {m[f'eval/slice/{k}/success']:.3f}" + (f" (infra {m['eval/slice/faults/infra_failure_rate']:.3f})"
                                                          if k == "faults" else "") for k in recipe.eval.slices]
     parts += [f"{k}: {m[f'eval/slice/{k}/success']:.3f} of {int(m[f'eval/slice/{k}/episodes'])}" for k in ("used_tool", "no_tool")]
-    say("eval slices: " + ", ".join(parts))
+    if env is not None:
+        m = {k.replace("eval/", f"eval/{env}/", 1): v for k, v in m.items()}
+    run.log_metrics(m, stage="eval", step=step)
+    say(f"eval slices{f' ({env})' if env else ''}: " + ", ".join(parts))
     return m

@@ -12,6 +12,7 @@ SFT records the share of each environment's demonstrations.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 
 from tracerl.contract.task import Task
@@ -60,6 +61,20 @@ class RunEnvs:
                     raise UserError(f"task id {t.id!r} is in the pools of both {task_env[t.id]!r} and {r.name!r}; "
                                     "give each environment's tasks their own ids")
         return cls(routes, pools, heldout, task_env, bool(recipe.envs))
+
+    def rollout_spec(self):
+        """What a rollout of the run's tasks plays outside the RL stages (rejection sampling): the one env's
+        training spec, or an `EnvPlayer` over every environment (each task in its own, with its budgets)."""
+        if not self.mixed:
+            return self.routes[0].spec
+        from tracerl.rollout.routes import EnvPlayer
+
+        return EnvPlayer({r.name: r.spec for r in self.routes}, {r.name: r.budgets for r in self.routes}, self.task_env)
+
+    def train_tasks(self) -> list:
+        """The training pools, interleaved environment by environment (a prefix holds each in turn)."""
+        pools = [self.pools[r.name].train for r in self.routes]
+        return [t for row in itertools.zip_longest(*pools) for t in row if t is not None]
 
     def routes_ref(self, recipe):
         """What a rollout worker process plays every environment of an `envs:` run from; None for one env."""

@@ -4,7 +4,8 @@ Each route plays its clean env (training-time `faults:` never reach it) on its f
 held-out tasks under its own budgets, and its numbers are recorded under that protocol's hash
 (eval/record.py), so different protocols never share a column. One route: the numbers are `eval/*`,
 with `eval.slices` beside them (eval/slices.py). Several (`envs:`): each environment's are
-`eval/<env>/*`, and `eval/*` is their unweighted mean (a macro average over domains). Every
+`eval/<env>/*` (its slices `eval/<env>/slice/*`), and `eval/*` is their unweighted mean (a macro
+average over domains). Every
 evaluation is appended to `summary.json`.
 """
 
@@ -46,13 +47,10 @@ class HeldoutEval:
             record_evaluation(run.path, protocol, res.trajectories, run=run, step=step,
                               extra={"policy_version": float(policy_version)})
             columns[r.name] = protocol.column
-            if self.envs.mixed:
-                m |= res.metrics(prefix=f"eval/{r.name}")
-                continue
-            m |= res.metrics()
+            m |= res.metrics(prefix=f"eval/{r.name}") if self.envs.mixed else res.metrics()
             if recipe.eval.slices:  # beside the clean numbers, under the same protocol (eval/slices.py)
                 m.update(report_slices(run, step, recipe, run_heldout, self.engine, r.clean, tasks, res.trajectories,
-                                       frozen, say=_say))
+                                       frozen, say=_say, env=r.name if self.envs.mixed else None))
         if self.envs.mixed:
             for key in [*_MACRO, *(f"pass@{k}" for k in recipe.eval.k)]:
                 vals = [m[f"eval/{r.name}/{key}"] for r in self.envs.routes if f"eval/{r.name}/{key}" in m]

@@ -130,10 +130,9 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
         attach_lora_if_due(model, tokenizer, recipe, stage=stage, run_path=run.path)  # the tiny model: after its SFT
         sync_weights(clean_engine, model, version)  # an engine with its own weights sees what SFT changed
         if stage in ("sft", "rft"):  # an rft stage is a rejection-sampled SFT pass (run/sft_stage.py)
-            first = envs.routes[0]  # what rejection sampling plays (it is refused with envs: at load)
             run_sft_stage("rejection" if stage == "rft" else recipe.sft.source, stage=stage, recipe=recipe, model=model,
-                          tokenizer=tokenizer, engine=engine, spec=first.spec, demos=demos,
-                          train_tasks=envs.pools[first.name].train, run=run, hashes=hashes, policy_version=version,
+                          tokenizer=tokenizer, engine=engine, spec=envs.rollout_spec(), demos=demos,
+                          train_tasks=envs.train_tasks(), run=run, hashes=hashes, policy_version=version,
                           step=rl_steps_done, loggers=loggers, say=_say)
             version += 1
             last_stage = stage

@@ -20,6 +20,7 @@ from tracerl.contract.roles import TokenRole
 from tracerl.contract.task import Task
 from tracerl.envs.base import EnvSpec
 from tracerl.rollout import LoopBudgets, run_episodes
+from tracerl.rollout.sources import play_fn
 
 RULE = "verifier success (correct = 1), episode ended on its own (not truncated, not infra_failure)"
 CHUNK = 64  # episodes per engine call
@@ -42,10 +43,10 @@ def rejection_sample(engine, spec: EnvSpec, tasks: list[Task], *, samples: int, 
     batch = [t for t in tasks for _ in range(samples)]
     groups = [f"rft-{t.id}" for t in batch]
     trajs: list[Trajectory] = []
+    play = play_fn(spec, run_episodes, budgets)  # an envs: run's player: each task in its own environment
     for i in range(0, len(batch), CHUNK):
-        trajs += run_episodes(engine, spec, batch[i:i + CHUNK], groups[i:i + CHUNK], budgets=budgets,
-                              sampling=sampling, policy_version=policy_version, seed=seed + i,
-                              tokenizer_hashes=tokenizer_hashes, generator=gen)
+        trajs += play(engine, batch[i:i + CHUNK], groups[i:i + CHUNK], sampling=sampling,
+                      policy_version=policy_version, seed=seed + i, tokenizer_hashes=tokenizer_hashes, generator=gen)
     kept = [t for t in trajs if accepted(t)]
     distinct = {(t.task_id, tuple(t.token_ids)) for t in kept}
     counts = {

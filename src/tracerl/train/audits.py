@@ -22,31 +22,42 @@ from tracerl.telemetry.gates import GatesConfig
 
 
 class AuditReplay:
-    def __init__(self, name: str | None, every: int):
-        self.name, self.every = name, every
+    """The audit sets of the run's environments (one, or each of an `envs:` run), replayed every `every` steps."""
+
+    def __init__(self, names: list[str], every: int):
+        self.names, self.every = names, every
 
     @classmethod
     def for_run(cls, spec, gates: GatesConfig) -> AuditReplay:
         if gates.audit_failures_max is None:
-            return cls(None, 0)
+            return cls([], 0)
         from tracerl.verifiers.audit import audit_names
 
-        if spec.name not in audit_names():
-            raise UserError(f"gates.audit_failures_max is set but environment {spec.name!r} has no audit set; "
-                            f"unset the gate or register one (`tracerl audit --list` shows them)")
-        return cls(spec.name, gates.audit_every)
+        names = list(getattr(spec, "routes", None) or [spec.name])  # an envs: router: every environment
+        for name in names:
+            if name not in audit_names():
+                raise UserError(f"gates.audit_failures_max is set but environment {name!r} has no audit set; "
+                                f"unset the gate or register one (`tracerl audit --list` shows them)")
+        return cls(names, gates.audit_every)
 
     def metrics(self, step: int) -> dict[str, float]:
-        """The audit's counts at every `every`-th step; nothing on the others."""
-        if self.name is None or step % self.every:
+        """The audits' counts (summed over the environments, and per environment when there are several) at every
+        `every`-th step; nothing on the others."""
+        if not self.names or step % self.every:
             return {}
         from tracerl.verifiers.audit import get_audit, run_audit_and_close
 
-        verifier, cases = get_audit(self.name)
-        report = run_audit_and_close(verifier, cases)
-        return {"verifier/audit_failures": float(len(report.false_positives)),
-                "verifier/audit_false_negatives": float(len(report.false_negatives)),
-                "verifier/audit_cases": float(len(cases))}
+        out = {"verifier/audit_failures": 0.0, "verifier/audit_false_negatives": 0.0, "verifier/audit_cases": 0.0}
+        for name in self.names:
+            verifier, cases = get_audit(name)
+            report = run_audit_and_close(verifier, cases)
+            counts = {"audit_failures": float(len(report.false_positives)),
+                      "audit_false_negatives": float(len(report.false_negatives)), "audit_cases": float(len(cases))}
+            for k, v in counts.items():
+                out[f"verifier/{k}"] += v
+                if len(self.names) > 1:
+                    out[f"verifier/{name}/{k}"] = v
+        return out
 
 
 class ProbeReplay:
