@@ -59,7 +59,7 @@ def child(args) -> None:
     from tracerl.models import lora
     from tracerl.models.load import load_model_and_tokenizer
     from tracerl.models.precision import enable_gradient_checkpointing
-    from tracerl.placement_config import LoraSettings
+    from tracerl.config.model import LoraSettings
     from tracerl.train.roles import PolicyRole, Roles
     from tracerl.train.update import rl_update
 

@@ -5,7 +5,8 @@ import pytest
 
 from tracerl.contract import TerminalReason
 from tracerl.envs import get_env
-from tracerl.faults import KINDS, FaultsConfig, count_faults, wrap_spec
+from tracerl.config.faults import KINDS, FaultsConfig
+from tracerl.faults import count_faults, wrap_spec
 from tracerl.train.demos import collect_demos
 
 

@@ -10,7 +10,7 @@ ray = pytest.importorskip("ray")
 
 @pytest.mark.slow
 def test_the_run_s_local_runtime_starts_actors_at_the_driver_s_niceness():
-    from tracerl.backend_config import RayConfig
+    from tracerl.config.ray import RayConfig
     from tracerl.rollout.ray_backend import ray_runtime
 
     if ray.is_initialized():

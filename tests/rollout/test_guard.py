@@ -10,7 +10,8 @@ from tracerl.algorithms.batch import collate
 from tracerl.contract import TerminalReason
 from tracerl.contract.task import Task
 from tracerl.envs import EnvSpec, Step, get_env
-from tracerl.faults import FaultsConfig, count_faults, wrap_engine
+from tracerl.config.faults import FaultsConfig
+from tracerl.faults import count_faults, wrap_engine
 from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
 from tracerl.rollout.engine import StatelessSession
 from tracerl.rollout.guard import Watchdog

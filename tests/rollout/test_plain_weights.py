@@ -14,7 +14,7 @@ from tracerl.envs import get_env  # noqa: E402
 from tracerl.models import lora  # noqa: E402
 from tracerl.models.precision import autocast_dtype, set_autocast  # noqa: E402
 from tracerl.models.weights import plain_copy, plain_state_dict  # noqa: E402
-from tracerl.placement_config import LoraSettings  # noqa: E402
+from tracerl.config.model import LoraSettings  # noqa: E402
 from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes  # noqa: E402
 from tracerl.rollout.engine_api import sync_weights  # noqa: E402
 from tracerl.rollout.hf_engine import HFGenerateEngine  # noqa: E402

@@ -9,7 +9,7 @@ import torch
 
 from tracerl.envs.calc_json import TOOLS, calculator
 from tracerl.rollout.agent_loop import LoopBudgets
-from tracerl.serve.config import GatewayConfig
+from tracerl.config.gateway import GatewayConfig
 from tracerl.serve.rollout import GatewayRollout
 from tracerl.rollout import TorchEngine
 

@@ -3,7 +3,7 @@ import inspect
 import pydantic
 import pytest
 
-import tracerl.tasks.config as config_module
+import tracerl.config.tasks as config_module
 from tracerl.errors import UserError
 from tracerl.tasks import (DifficultyProfile, FilterConfig, MixtureSampler, SamplerConfig, TasksConfig,
                            TaskSourceConfig, UniformSampler, build_pool, make_sampler)

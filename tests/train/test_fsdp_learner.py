@@ -195,14 +195,12 @@ def test_what_was_refused_now_loads_with_two_ranks(override):
 
 
 def test_only_a_gpu_placement_is_refused():
-    # the placement keys (model.lora, model.device) come from another branch: checked where present
-    import types
+    from tracerl.config import LoraSettings
+    from tracerl.config.combinations import combination_problem
 
-    from tracerl.learner_config import check_learner
-
-    recipe = load_recipe("smoke", ["learner.ranks=2"])
-    fake = lambda **model: types.SimpleNamespace(learner=recipe.learner, rl=recipe.rl,  # noqa: E731
-                                                 model=types.SimpleNamespace(**model))
-    assert "model.device 'cuda:0'" in check_learner(fake(device="cuda:0"))
-    assert check_learner(fake(device="cpu", lora={"r": 8})) is None
-    assert check_learner(fake(device="cpu", lora=None)) is None
+    recipe = load_recipe("smoke", ["learner.ranks=2", "model.device=cpu"])
+    assert combination_problem(recipe) is None
+    recipe.model.device = "cuda:0"  # the section's own checks only; the combination is judged below
+    assert "model.device 'cuda:0'" in combination_problem(recipe)
+    recipe.model.device, recipe.model.lora = "cpu", LoraSettings(r=8)
+    assert combination_problem(recipe) is None

@@ -14,7 +14,7 @@ from tracerl.config import load_recipe  # noqa: E402
 from tracerl.errors import UserError  # noqa: E402
 from tracerl.models import lora  # noqa: E402
 from tracerl.models.load import load_model_and_tokenizer  # noqa: E402
-from tracerl.placement_config import LoraSettings  # noqa: E402
+from tracerl.config.model import LoraSettings  # noqa: E402
 from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes  # noqa: E402
 from tracerl.train.checkpoint import load_trainer_state, save_checkpoint  # noqa: E402
 from tracerl.train.roles import FrozenRole, PolicyRole, Roles  # noqa: E402

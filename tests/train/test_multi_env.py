@@ -36,8 +36,6 @@ THREE = "envs=[{name: math_tool, share: 2}, {name: arith, share: 1, max_turns: 1
     ([THREE, "rl.stages=[{name: a, steps: 1, envs: [code_tests]}]"], "rl.stages.0.envs names ['code_tests']"),
     (["mixture.normalize_rewards=true"], "mixture: options apply only to a run over several environments"),
     ([THREE, "mixture.regression_tolerance=0.1", "rl.eval_every=0"], "set rl.eval_every > 0"),
-    ([THREE, "stages=[sft, eval, rft, eval]"], "rejection sampling (sft.source: rejection, an rft stage) plays one"),
-    ([THREE, "eval.slices=[tool_error]"], "eval.slices replays one environment's held-out tasks"),
 ])
 def test_bad_environment_setups_fail_at_load_with_one_sentence(overrides, words):
     base = ["env.name=math_tool"] if not any(o.startswith("envs=") for o in overrides) else []

@@ -95,7 +95,7 @@ def test_aux_roles_and_whole_minibatch_losses_on_two_ranks_equal_one():
 
 def _lora_case() -> dict:
     from tracerl.models import lora
-    from tracerl.placement_config import LoraSettings
+    from tracerl.config.model import LoraSettings
     from tracerl.train.fsdp_group import ShardedPolicyRole
     from tracerl.train.roles import PolicyRole, Roles
     from tracerl.train.update import rl_update

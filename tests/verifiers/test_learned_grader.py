@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tracerl.contract import TokenRole, Trajectory
-from tracerl.roles_config import GraderConfig
+from tracerl.config.roles import GraderConfig
 from tracerl.train.grading import GraderRole
 from tracerl.verifiers.calibration import calibration
 from tracerl.verifiers.learned_grader import DEFAULT_PROMPT, LearnedGrader

@@ -68,7 +68,7 @@ def resolve_target(target: str, license: str | None = None):
     import yaml
     from pydantic import ValidationError
 
-    from tracerl.tasks.config import TasksConfig, TaskSourceConfig
+    from tracerl.config.tasks import TasksConfig, TaskSourceConfig
 
     path = Path(target)
     low = target.lower()
@@ -92,7 +92,7 @@ def _with_filter_overrides(cfg, items: list[str]):
     import yaml
     from pydantic import ValidationError
 
-    from tracerl.tasks.config import FilterConfig
+    from tracerl.config.tasks import FilterConfig
 
     overrides = {}
     for item in items:

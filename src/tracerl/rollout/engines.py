@@ -1,4 +1,4 @@
-"""Build the rollout engine a recipe's `engine:` section names (rollout/engine_config.py, docs/engines.md)."""
+"""Build the rollout engine a recipe's `engine:` section names (config/engine.py, docs/engines.md)."""
 
 from __future__ import annotations
 

@@ -75,7 +75,8 @@ class RoutesRef:
                    dict(task_env), faults, tuple(sorted(m for m in modules if m and m != "__main__")))
 
     def build(self) -> EnvPlayer:
-        from tracerl.faults import FaultsConfig, wrap_spec
+        from tracerl.config.faults import FaultsConfig
+        from tracerl.faults import wrap_spec
 
         for m in self.modules:
             importlib.import_module(m)

@@ -94,7 +94,8 @@ class SpecRef:
 
     def build(self):
         from tracerl.envs import get_env
-        from tracerl.faults import FaultsConfig, wrap_spec
+        from tracerl.config.faults import FaultsConfig
+        from tracerl.faults import wrap_spec
 
         for m in self.modules:
             importlib.import_module(m)
@@ -303,7 +304,8 @@ def exit_with_parent(parent: int, interval: float = 1.0) -> threading.Thread:
 def _worker_main(worker_id: int, settings: WorkerSettings, inbox, outbox) -> None:
     exit_with_parent(os.getppid())
     torch.set_num_threads(settings.threads)
-    from tracerl.faults import FaultsConfig, wrap_engine
+    from tracerl.config.faults import FaultsConfig
+    from tracerl.faults import wrap_engine
 
     model = None if settings.engine == "vllm" else worker_model(settings)
     if model is not None:

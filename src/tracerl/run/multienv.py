@@ -1,4 +1,4 @@
-"""One RL run over several environments (`envs:` in a recipe; `tracerl.envs_config`).
+"""One RL run over several environments (`envs:` in a recipe; `tracerl.config.envs`).
 
 `resolve_routes` turns each `envs:` entry into an `EnvRoute` (its spec with the entry's reward
 weights, budgets, task config, demo and eval counts); a recipe without `envs:` is the one route of
@@ -22,7 +22,7 @@ import torch
 
 from tracerl.contract import is_success
 from tracerl.envs.base import EnvSpec, get_env
-from tracerl.envs_config import EnvEntry
+from tracerl.config.envs import EnvEntry
 from tracerl.rollout import LoopBudgets
 from tracerl.rollout.routes import EnvPlayer, RoutesRef
 from tracerl.tasks import TasksConfig

@@ -28,7 +28,7 @@ MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
 
 class SandboxConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)  # not config.Cfg: config/ sits above sandbox/
 
     python: str | None = Field(None, min_length=1, max_length=4096)
     """Interpreter for sandboxed code (a venv's bin/python); None: the system's bare Python."""

@@ -27,7 +27,7 @@ import httpx
 
 from tracerl.contract.roles import TerminalReason
 from tracerl.errors import UserError
-from tracerl.serve.config import GatewayConfig
+from tracerl.config.gateway import GatewayConfig
 from tracerl.serve.episodes import EnvVerifier, EpisodeRegistry
 from tracerl.serve.gateway import Gateway
 

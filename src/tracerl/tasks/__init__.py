@@ -6,7 +6,7 @@ curriculum), `dynamic_sample` (non-zero-variance groups), `profile` and `Difficu
 """
 
 from tracerl.contract.task import SPLITS, Task, tasks_sha256  # contract data, re-exported (public API)
-from tracerl.tasks.config import (CurriculumConfig, DynamicSamplingConfig, FilterConfig, ProfileConfig,
+from tracerl.config.tasks import (CurriculumConfig, DynamicSamplingConfig, FilterConfig, ProfileConfig,  # re-exported
                                   SamplerConfig, TasksConfig, TaskSourceConfig)
 from tracerl.tasks.dynamic import DynamicBatch, DynamicReport, dynamic_sample, next_groups, reprofile_stage
 from tracerl.tasks.filters import Discard, Ledger, apply_filters

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from tracerl.contract.task import Task
-from tracerl.tasks.config import SamplerConfig
+from tracerl.config.tasks import SamplerConfig
 from tracerl.tasks.filters import Discard
 from tracerl.tasks.profile import AttemptFn, DifficultyProfile, profile
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.contract.task import Task
-from tracerl.tasks.config import FilterConfig
+from tracerl.config.tasks import FilterConfig
 from tracerl.tasks.profile import DifficultyProfile
 from tracerl.tasks.text import near_duplicate_pairs, ngrams, normalized, shingle_hash, words
 

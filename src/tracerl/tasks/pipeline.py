@@ -14,7 +14,7 @@ from typing import Any
 
 from tracerl.contract.task import Task, tasks_sha256
 from tracerl.errors import UserError
-from tracerl.tasks.config import FilterConfig, SamplerConfig, TasksConfig
+from tracerl.config.tasks import FilterConfig, SamplerConfig, TasksConfig
 from tracerl.tasks.filters import Ledger, apply_filters
 from tracerl.tasks.profile import DifficultyProfile, difficulty_bucket
 from tracerl.tasks.samplers import CurriculumSampler, MixtureSampler, Sampler, UniformSampler

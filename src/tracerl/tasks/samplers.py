@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tracerl.contract.task import Task
-from tracerl.tasks.config import CurriculumConfig
+from tracerl.config.tasks import CurriculumConfig
 from tracerl.tasks.profile import DifficultyProfile
 
 

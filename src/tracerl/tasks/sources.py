@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from tracerl.contract.task import Task, tasks_sha256
 from tracerl.errors import UserError
-from tracerl.tasks.config import TaskSourceConfig
+from tracerl.config.tasks import TaskSourceConfig
 from tracerl.tasks.schema import UNKNOWN_LICENSE, RowDefaults, RowError, RowProblem, row_to_task
 
 

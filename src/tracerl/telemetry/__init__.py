@@ -5,8 +5,10 @@ and to `GateMonitor.update`, and stops on a `GateTrip`. See docs/telemetry.md fo
 definition and denominator.
 """
 
-from tracerl.telemetry.gates import EXIT_CODE, GateMonitor, GatesConfig, GateTrip, GateTripped, MetricLimit
-from tracerl.telemetry.loggers import LoggersConfig, MetricLoggers
+from tracerl.config.gates import GatesConfig, MetricLimit  # the gates: and loggers: sections, re-exported (public API)
+from tracerl.config.loggers import LoggersConfig
+from tracerl.telemetry.gates import EXIT_CODE, GateMonitor, GateTrip, GateTripped
+from tracerl.telemetry.loggers import MetricLoggers
 from tracerl.telemetry.step import step_metrics
 
 __all__ = ["EXIT_CODE", "GateMonitor", "GateTrip", "GateTripped", "GatesConfig", "LoggersConfig",

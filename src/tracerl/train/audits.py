@@ -18,7 +18,7 @@ A run that sets the gate on an environment without an audit set is refused befor
 from __future__ import annotations
 
 from tracerl.errors import UserError
-from tracerl.telemetry.gates import GatesConfig
+from tracerl.config.gates import GatesConfig
 
 
 class AuditReplay:

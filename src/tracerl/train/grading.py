@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from tracerl.contract import TokenRole, Trajectory, is_success
 from tracerl.errors import UserError
-from tracerl.roles_config import GraderConfig
+from tracerl.config.roles import GraderConfig
 from tracerl.verifiers.calibration import calibration
 from tracerl.verifiers.learned_grader import DEFAULT_PROMPT, LearnedGrader
 

@@ -3,13 +3,12 @@ it scores a minibatch (`train/shared_prefix.py`)."""
 
 from __future__ import annotations
 
-import torch
 from pydantic import Field
 
-from tracerl.rl_config import _Cfg
+from tracerl.config.base import Cfg
 
 
-class LearnerConfig(_Cfg):
+class LearnerConfig(Cfg):
     ranks: int = Field(1, ge=1, le=64)
     """Learner processes of the RL stage; above 1 the policy is sharded over them with FSDP2 (gloo,
     CPU) and each minibatch's rows are split across them (whole minibatches on every rank for losses
@@ -21,18 +20,3 @@ class LearnerConfig(_Cfg):
     once, and only the rows' continuations per row (`train/shared_prefix.py`), in the RL learner and
     in SFT: the same log-probs and gradients up to float rounding, about half the learner's forward
     and backward on GRPO groups. false: every row runs its whole sequence."""
-
-
-def check_learner(recipe) -> str | None:
-    """One sentence when `learner.ranks > 1` meets what the sharded learner does not run yet, else None.
-
-    Every algorithm, its auxiliary roles (replicated in the trainer's process), LoRA and rl.mode async run
-    with several ranks; the ranks run gloo on CPU, so only a CUDA placement of the policy is refused."""
-    ranks = recipe.learner.ranks
-    if ranks == 1:
-        return None
-    device = getattr(recipe.model, "device", "cpu")  # model.device: the placement key, where present
-    if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()):
-        return (f"learner.ranks: {ranks} does not run with model.device {device!r}: the ranks run on CPU (gloo) for "
-                "now; set model.device=cpu or learner.ranks: 1")
-    return None

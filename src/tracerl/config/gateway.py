@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from tracerl.rl_config import _Cfg
+from tracerl.config.base import Cfg
 
 
-class GatewayConfig(_Cfg):
+class GatewayConfig(Cfg):
     agent: str | None = None
     """`path/to/agent.py:function` (or `module:function`): an agent written against the OpenAI client,
     called as `function(base_url, model, question, episode_id)`; its episodes replace the in-process

@@ -7,10 +7,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from tracerl.rl_config import _Cfg
+from tracerl.config.base import Cfg
 
 
-class RejectionConfig(_Cfg):
+class RejectionConfig(Cfg):
     samples: int = Field(4, ge=1, le=1024)
     """Completions sampled per task from the current policy (recipe `sampling`); the verifier's successes are kept."""
     max_tasks: int = Field(256, ge=1, le=10**7)
@@ -21,7 +21,7 @@ class RejectionConfig(_Cfg):
     """Peak learning rate of the pass; None uses `sft.lr`."""
 
 
-class SFTConfig(_Cfg):
+class SFTConfig(Cfg):
     source: Literal["expert", "data", "rejection"] = "expert"
     """Where the `sft` stage's examples come from: the env's scripted expert, a conversations file
     (`sft.data`, set alone it implies `data`), or rejection sampling from the current policy (`sft.rejection`)."""

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from tracerl.config.base import Cfg
 
 _VLLM_ONLY = ("gpu_memory_utilization", "max_model_len", "enforce_eager")
 
 
-class EngineConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)  # as every section
-
+class EngineConfig(Cfg):
     name: Literal["torch", "hf", "vllm"] = "torch"
     """`torch`: the built-in KV-cache engine on the learner's own module (a weight sync is a version bump);
     `hf`: Hugging Face `model.generate` on a copy of the weights, synced after every update; `vllm`: an
@@ -38,17 +38,3 @@ class EngineConfig(BaseModel):
             if set_here:
                 raise ValueError(f"engine.{set_here[0]} applies to engine.name vllm only; unset it or set engine.name=vllm")
         return self
-
-
-def check_engine(recipe) -> str | None:
-    """One sentence naming what an engine other than torch does not run with, or None.
-
-    Every engine with its own copy of the weights (hf, vllm; in the trainer, in rollout worker processes
-    and in Ray actors) loads the policy as a plain model at each sync (`models/weights.py`: LoRA merged
-    in) and samples under its autocast, so engines combine with rl.mode, run.backend, model.lora,
-    model.autocast and learner.ranks."""
-    name = recipe.engine.name
-    if name == "vllm" and recipe.gateway.agent:
-        return ("engine.name vllm does not run gateway.agent (the gateway serves the engine's calls in the trainer's "
-                "process, and vLLM's offline LLM is no server of per-call spans); use engine.name torch or hf")
-    return None

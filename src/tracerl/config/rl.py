@@ -1,21 +1,18 @@
-"""The `rl:` section of a recipe: steps, stages, batch sizes, the algorithm, truncation policy (see `config`)."""
+"""The `rl:` section of a recipe: steps, stages, batch sizes, the algorithm, truncation policy (see `tracerl.config`)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from tracerl.algorithms.spec import AlgorithmConfig
 from tracerl.algorithms.spec.critic_free import GRPO
-from tracerl.tasks.config import TasksConfig
+from tracerl.config.base import Cfg
+from tracerl.config.tasks import TasksConfig
 
 
-class _Cfg(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
-
-
-class RLStageConfig(_Cfg):
+class RLStageConfig(Cfg):
     """One stage of a multi-stage RL run (rStar2-Agent's RL-1/2/3, Skywork's staged context growth).
 
     Unset fields inherit from the previous stage (the first stage inherits from `rl`, `env` and
@@ -47,7 +44,7 @@ class RLStageConfig(_Cfg):
     null keeps the previous stage's (the first stage: all of `envs:`)."""
 
 
-class RLConfig(_Cfg):
+class RLConfig(Cfg):
     steps: int = Field(60, ge=0)
     """RL optimizer steps (each on a fresh batch of rollouts); with `stages`, set to the sum of their steps."""
     stages: list[RLStageConfig] = Field(default_factory=list)
@@ -115,9 +112,9 @@ class RLConfig(_Cfg):
             raise ValueError(f"rl.rollout_workers={self.rollout_workers} is more than the {self.max_staleness + 1} jobs "
                              f"rl.max_staleness={self.max_staleness} lets run at once, so some workers would never "
                              f"get one; set rl.rollout_workers <= {self.max_staleness + 1} or raise rl.max_staleness")
-        elif self.algorithm.dynamic_sampling or self.algorithm.clip_cov is not None or self.algorithm.kl_cov is not None:
-            raise ValueError("rl.mode: async trains with the decoupled surrogate and fixed-size batches; it does not "
-                             "combine with dynamic_sampling, clip_cov or kl_cov (use rl.mode: sync)")
+        elif self.algorithm.clip_cov is not None or self.algorithm.kl_cov is not None:
+            raise ValueError("rl.mode: async trains with the decoupled surrogate, which Clip-Cov and KL-Cov would replace "
+                             "with their own; use rl.mode: sync with clip_cov or kl_cov")
         return self
 
     @model_validator(mode="after")

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from tracerl.config.base import Cfg
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class TaskSourceConfig(_Strict):
+class TaskSourceConfig(Cfg):
     """One place tasks come from: a local task file, a local Hugging Face dataset, or an env generator."""
 
     kind: Literal["jsonl", "parquet", "hf", "generator"] | None = Field(
@@ -54,7 +52,7 @@ class TaskSourceConfig(_Strict):
         return self
 
 
-class FilterConfig(_Strict):
+class FilterConfig(Cfg):
     """Which tasks to discard before sampling; every discard is written to the ledger with its reason."""
 
     malformed: bool = Field(
@@ -86,7 +84,7 @@ class FilterConfig(_Strict):
         return self
 
 
-class CurriculumConfig(_Strict):
+class CurriculumConfig(Cfg):
     """Gaussian target over pass rate whose mean moves linearly from easy to hard (Nemotron, AceReason)."""
 
     mean_start: float = Field(0.8, ge=0.0, le=1.0, description="Target pass rate at step 0 (high = easy tasks first).")
@@ -97,7 +95,7 @@ class CurriculumConfig(_Strict):
         0.5, ge=0.0, le=1.0, description="Pass rate assumed for tasks the profile does not cover (counted in the report).")
 
 
-class DynamicSamplingConfig(_Strict):
+class DynamicSamplingConfig(Cfg):
     """DAPO dynamic sampling: draw more prompts until the batch holds enough non-zero-variance groups."""
 
     base: Literal["uniform", "mixture", "curriculum"] = Field(
@@ -107,7 +105,7 @@ class DynamicSamplingConfig(_Strict):
         False, description="When the cap is hit, fill the batch with zero-variance groups instead of returning it short.")
 
 
-class SamplerConfig(_Strict):
+class SamplerConfig(Cfg):
     """How the next batch of training tasks is drawn from the filtered pool."""
 
     kind: Literal["uniform", "mixture", "curriculum", "dynamic"] = Field(
@@ -128,7 +126,7 @@ class SamplerConfig(_Strict):
         return self
 
 
-class ProfileConfig(_Strict):
+class ProfileConfig(Cfg):
     """Difficulty profiling: pass rates of each task under a policy."""
 
     path: str | None = Field(None, description="Difficulty profile JSON to load (written by `tracerl tasks profile`).")
@@ -140,7 +138,7 @@ class ProfileConfig(_Strict):
         False, description="Before each RL stage after the first, re-profile and drop tasks that became all-pass.")
 
 
-class TasksConfig(_Strict):
+class TasksConfig(Cfg):
     """Everything about the task pool of a run or stage."""
 
     sources: list[TaskSourceConfig] = Field(default_factory=list, description="Where tasks come from, in order.")

@@ -2,17 +2,17 @@
 
 `run.backend: local` runs rollouts in the trainer's process (sync) or in spawned processes (async);
 `run.backend: ray` runs them in Ray actors placed by the resource spec below, with the learner in the
-driver. `check_backend` refuses, at load time and in one sentence, what does not combine yet.
+driver. What does not combine with a backend is refused in `config/combinations.py`.
 """
 
 from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from tracerl.rl_config import _Cfg
+from tracerl.config.base import Cfg
 
 
-class RayConfig(_Cfg):
+class RayConfig(Cfg):
     address: str | None = Field(None, min_length=1, max_length=1024)
     """null starts a local Ray runtime for the run (shut down at its end); `auto`, `host:port` or
     `ray://host:port` connects to a running cluster (left running)."""
@@ -33,27 +33,3 @@ class RayConfig(_Cfg):
                 raise ValueError(f"{', '.join(changed)} sizes the local Ray runtime, which ray.address "
                                  f"{self.address!r} does not start; drop {' and '.join(changed)}")
         return self
-
-
-def check_backend(recipe) -> str | None:
-    """One sentence naming what does not run on the recipe's backend, or None."""
-    ray = recipe.ray
-    if recipe.run.backend == "local":
-        if ray != RayConfig():
-            return "the ray: section applies only with run.backend: ray; set run.backend=ray or drop ray:"
-        return None
-    if recipe.gateway.agent:
-        return ("gateway.agent's episodes are driven by an external agent through the trainer's own gateway, so no Ray "
-                "actor would play them; use run.backend: local with gateway.agent")
-    workers = recipe.rl.rollout_workers if recipe.rl.mode == "async" else 1
-    if ray.address is None and workers * ray.num_cpus_per_worker > ray.num_cpus:
-        return (f"{workers} rollout actor(s) × ray.num_cpus_per_worker {ray.num_cpus_per_worker:g} need more than the "
-                f"local runtime's ray.num_cpus {ray.num_cpus}, so an actor would wait forever; raise ray.num_cpus or "
-                "lower rl.rollout_workers / ray.num_cpus_per_worker")
-    if ray.address is None and ray.num_gpus_per_worker > 0:
-        import torch
-
-        if not torch.cuda.is_available():
-            return (f"ray.num_gpus_per_worker {ray.num_gpus_per_worker:g} asks for a GPU, and the local Ray runtime "
-                    "sees none; set ray.num_gpus_per_worker=0 or connect to a GPU cluster with ray.address")
-    return None

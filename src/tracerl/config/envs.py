@@ -1,4 +1,5 @@
-"""The `envs:` section of a recipe: one run over several environments (Nemotron 3's RL mixture).
+"""The `env:` and `envs:` sections of a recipe: one environment and its budgets, or one run over several
+environments (Nemotron 3's RL mixture).
 
     envs:
       - {name: math_tool, share: 0.5, max_turns: 3}
@@ -14,23 +15,57 @@ is one task's rollouts, so groups never mix environments. An RL stage may name a
 (`rl.stages[i].envs`): a domain cascade (math → code → tools).
 
 `check_envs` runs when the recipe loads; it also refuses a task source whose environment is not in
-the run (the single `env:` form included), which used to crash mid-RL.
+the run (the single `env:` form included), which used to crash mid-RL. What `envs:` and `mixture:` do
+not combine with (env.name, tasks:, a stage's tasks, an aggregation, dynamic sampling) is refused in
+`config/combinations.py`.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from tracerl.tasks.config import TasksConfig
-
-
-class _Cfg(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+from tracerl.config.base import Cfg
+from tracerl.config.tasks import TasksConfig
 
 
-class EnvEntry(_Cfg):
+class EnvConfig(Cfg):
+    name: str = "math_tool"
+    """Registered environment name (`tracerl envs` lists them)."""
+    train_tasks: int = Field(2000, ge=1, le=10**7)
+    """Number of generated training tasks."""
+    heldout_tasks: int = Field(200, ge=1, le=10**7)
+    """Number of generated held-out tasks (never rewarded in training)."""
+    train_difficulty: tuple[float, float] = (0.0, 1.0)
+    """Difficulty range [low, high] of training tasks (0 easiest, 1 hardest)."""
+    heldout_difficulty: tuple[float, float] = (0.0, 1.0)
+    """Difficulty range of held-out tasks."""
+    max_turns: int = Field(4, ge=1, le=10**4)
+    """Policy turns per episode before truncation (max_turns)."""
+    max_tokens: int = Field(256, ge=1, le=1 << 24)
+    """Total tokens per episode (prompt included) before truncation (max_tokens)."""
+    max_new_tokens: int = Field(64, ge=1, le=1 << 24)
+    """Tokens the policy may write in one turn."""
+    step_timeout_s: float | None = Field(None, gt=0)
+    """Wall seconds one environment step (a tool call) may take; a slower one ends its episode as an
+    infra_failure (the other episodes go on). Null: no limit beyond the sandbox's own."""
+    watchdog_s: float | None = Field(None, gt=0, le=86400)
+    """A rollout phase (the engine's generate, a turn's env steps) running longer is reported by name; null: off."""
+    infra_retries: int = Field(0, ge=0, le=10)
+    """An infra_failure episode is played again (fresh reset seed) up to this many times; the final one
+    records its attempt number and the ids and reasons of the attempts it replaced (retry_lineage)."""
+
+    @model_validator(mode="after")
+    def _difficulty_ranges(self) -> EnvConfig:
+        for name in ("train_difficulty", "heldout_difficulty"):
+            low, high = getattr(self, name)
+            if not 0.0 <= low <= high <= 1.0:
+                raise ValueError(f"env.{name} must be [low, high] with 0 <= low <= high <= 1, got [{low}, {high}]")
+        return self
+
+
+class EnvEntry(Cfg):
     name: str = Field(min_length=1)
     """Registered environment name (`tracerl envs` lists them); each name once."""
     share: float = Field(1.0, gt=0.0, le=1e6, allow_inf_nan=False)
@@ -71,7 +106,7 @@ class EnvEntry(_Cfg):
         return self
 
 
-class MixtureConfig(_Cfg):
+class MixtureConfig(Cfg):
     """Options of a multi-environment run (only with `envs:`)."""
 
     normalize_rewards: bool = False
@@ -108,14 +143,15 @@ def _misrouted(where: str, tasks: TasksConfig | None, allowed: set[str], what: s
 
 
 def check_envs(recipe) -> str | None:
-    """The first problem with the recipe's environments, as one sentence; None when it is sound."""
+    """The first problem with the recipe's environments, as one sentence; None when they are sound: a name
+    unknown or given twice, a task source whose environment is not in the run, a stage naming environments
+    the run lacks, reward weights of no component. What `envs:` does not combine with is refused in
+    `config/combinations.py`."""
     from tracerl.envs.base import env_names
 
     known = set(env_names())
     stages = recipe.rl.stages
     if not recipe.envs:
-        if recipe.mixture != MixtureConfig():  # by value: a resolved config round-trips
-            return "mixture: options apply only to a run over several environments; add envs: or remove mixture:"
         single = {recipe.env.name}
         problem = _misrouted("tasks", recipe.tasks, single, f"the run's environment is {recipe.env.name!r}")
         for k, st in enumerate(stages):
@@ -135,10 +171,6 @@ def check_envs(recipe) -> str | None:
             close = difflib.get_close_matches(e.name, sorted(known), n=1)
             return f"envs names unknown environment {e.name!r}; " + (f"did you mean {close[0]!r}?" if close
                                                                        else f"known: {', '.join(sorted(known))}")
-    if recipe.env.name != type(recipe.env)().name:  # by value, so a resolved config round-trips
-        return "the recipe sets both env.name and envs:; with envs: the env section holds only shared budgets, so drop env.name"
-    if recipe.tasks != TasksConfig():
-        return "with envs: each environment's tasks go under envs[i].tasks; move the recipe-level tasks: section there"
     from tracerl.envs.base import get_env
     from tracerl.verifiers.registry import get_verifier
 
@@ -154,25 +186,8 @@ def check_envs(recipe) -> str | None:
                 return (f"envs[{e.name}].reward_weights names {unknown or 'nothing'}; its verifier produces "
                         f"{sorted(comps)}")
     for k, st in enumerate(stages):
-        if st.tasks is not None:
-            return f"rl.stages.{k}.tasks: with envs: a stage picks environments (rl.stages.{k}.envs), each keeps its own tasks"
         if st.envs is not None:
             bad = [n for n in st.envs if n not in names]
             if bad or not st.envs:
                 return f"rl.stages.{k}.envs names {bad or 'no environment'}; use some of the run's envs: {names}"
-    algo = recipe.rl.algorithm
-    if recipe.mixture.loss_share == "episodes" and (algo.aggregation == "sequence" or algo.name == "mopd"):
-        why = ("aggregation sequence already weighs every episode the same" if algo.aggregation == "sequence"
-               else "mopd's band loss counts kept tokens, not loss weights")
-        return f"mixture.loss_share: episodes has no effect here ({why}); remove it"
-    if recipe.mixture.schedule == "alternate":
-        if recipe.mixture.loss_share == "episodes":
-            return ("mixture.loss_share: episodes has no effect with mixture.schedule: alternate (each batch holds one "
-                    "environment); remove one of them")
-        samplers = [recipe.tasks.sampler] + [e.tasks.sampler for e in recipe.envs if e.tasks is not None]
-        if algo.dynamic_sampling or any(s.kind == "dynamic" for s in samplers):
-            return ("mixture.schedule: alternate draws one environment per batch and does not combine with dynamic "
-                    "sampling (tasks.sampler.kind: dynamic, dapo), whose refills would draw another; use schedule: mixed")
-    if recipe.mixture.regression_tolerance is not None and not recipe.rl.eval_every:
-        return "mixture.regression_tolerance watches the held-out evaluations during RL; set rl.eval_every > 0"
     return None

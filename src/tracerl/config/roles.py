@@ -1,23 +1,19 @@
 """The `roles:` section of a recipe: the auxiliary models of an RL algorithm (critic, PRM, teachers).
 
-Kept beside `tracerl.config` (which imports `RolesConfig` into the `Recipe`); `train/aux_roles.py`
-builds the roles from it, only for the roles the algorithm declares.
+`config/recipe.py` puts `RolesConfig` into the `Recipe`; `train/aux_roles.py` builds the roles from it, only for the roles the algorithm declares.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from tracerl.placement_config import DEVICE_PATTERN
-
-
-class _Cfg(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+from tracerl.config.base import Cfg
+from tracerl.config.model import DEVICE_PATTERN
 
 
-class CriticConfig(_Cfg):
+class CriticConfig(Cfg):
     path: str | None = None
     """Model the value head sits on: null for a copy of the policy at the start of RL, else a local HF causal
     LM with the run's vocabulary (a tracerl checkpoint directory, for instance)."""
@@ -29,7 +25,7 @@ class CriticConfig(_Cfg):
     """Device of this role's model (auto, cpu, cuda, cuda:N); null is `model.device`."""
 
 
-class PRMConfig(_Cfg):
+class PRMConfig(Cfg):
     lr: float = Field(1e-3, gt=0)
     """Learning rate of the implicit PRM π_φ (initialised from the policy at the start of RL). The paper's is
     twice the policy's (1e-6 vs 5e-7); on text_world at 1e-4 the PRM did not rank rollouts within 12 steps
@@ -38,7 +34,7 @@ class PRMConfig(_Cfg):
     """Device of this role's model (auto, cpu, cuda, cuda:N); null is `model.device`."""
 
 
-class TeacherConfig(_Cfg):
+class TeacherConfig(Cfg):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     """Teacher name; its metrics are `mopd/reverse_kl/<name>`."""
     path: str
@@ -47,7 +43,7 @@ class TeacherConfig(_Cfg):
     """Device of this role's model (auto, cpu, cuda, cuda:N); null is `model.device`."""
 
 
-class GraderConfig(_Cfg):
+class GraderConfig(Cfg):
     path: str
     """The judge: a local Hugging Face causal LM (a folder, `pkg:<package>` or a cached model id)."""
     gguf_file: str | None = None
@@ -69,7 +65,7 @@ class GraderConfig(_Cfg):
     """Device of this role's model (auto, cpu, cuda, cuda:N); null is `model.device`."""
 
 
-class RolesConfig(_Cfg):
+class RolesConfig(Cfg):
     critic: CriticConfig | None = None
     """The value model of `ppo`; null uses the defaults when the algorithm needs one. Set for an algorithm
     without a critic it is an error."""

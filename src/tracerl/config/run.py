@@ -1,0 +1,27 @@
+"""The `run:` section of a recipe: run name, directory, seed, threads and the rollout backend."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from tracerl.config.base import Cfg
+
+
+class RunConfig(Cfg):
+    name: str = Field("default", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+    """Run name; the run directory is `<root>/<name>-<timestamp>` (letters, digits, . _ + -; at most 100)."""
+    root: str = Field("runs", min_length=1, max_length=1024, pattern=r"^[^\x00]+$")
+    """Folder under which run directories are created."""
+    dir: str | None = Field(None, min_length=1, max_length=1024, pattern=r"^[^\x00]+$")
+    """Exact run directory to use instead of `<root>/<name>-<timestamp>`."""
+    seed: int = Field(0, ge=0, lt=2**63)
+    """Seed for model init, task generation, sampling and data order."""
+    threads: int = Field(2, ge=1, le=1024)
+    """torch intra-op threads (the default machine has 2 cores)."""
+    progress: bool = True
+    """Show progress bars for long stages."""
+    backend: Literal["local", "ray"] = "local"
+    """Where rollouts run: local (this process, or spawned processes in rl.mode async) or ray (Ray actors
+    placed by the `ray:` section, the learner in this process; docs/ray.md)."""
