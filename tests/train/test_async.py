@@ -292,8 +292,7 @@ def test_resume_trains_every_buffered_result_and_restarts_in_flight_jobs(tiny, t
 
 @pytest.mark.parametrize("bad", [["rl.max_staleness=2"], ["rl.rollout_workers=2"],
                                  ["rl.mode=async", "rl.max_staleness=1", "rl.rollout_workers=3"],  # 3 > η + 1 busy at most
-                                 ["rl.mode=async", "rl.algorithm.dynamic_sampling=true"],
-                                 ["rl.mode=async", "tasks.sampler.kind=dynamic"]])
+                                 ["rl.mode=async", "rl.algorithm.clip_cov={}"]])
 def test_async_keys_are_checked(bad):
     with pytest.raises(UserError):
         load_recipe("smoke", bad)
@@ -309,3 +308,28 @@ def test_inprocess_worker_runs_a_job_at_its_version(tiny):
     assert started == ("started", 0, 7, 3) and res.job_id == 7 and res.start_version == 3
     assert {v for t in res.trajectories for v in t.policy_versions if v >= 0} == {3}
     assert ProcessWorker  # the spawn implementation answers the same calls (exercised above)
+
+
+def test_dynamic_sampling_under_async_draws_jobs_until_groups_have_variance(tmp_path):
+    """DAPO dynamic sampling with rollout workers: a step takes finished jobs until it holds prompts_per_step
+    groups whose rewards differ (or max_rounds jobs were drawn); every trained group has reward variance."""
+    import json
+
+    from tracerl.run.pipeline import run_recipe
+    from tracerl.store import Store
+
+    run = tmp_path / "run"
+    run_recipe(load_recipe("smoke", ["rl.mode=async", "rl.max_staleness=1", "tasks.sampler.kind=dynamic",
+                                     "rl.steps=2", "stages=[sft, rl]", "run.threads=1", f"run.dir={run}"]))
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in rows if m.get("stage") == "rl" and "tasks/rounds" in m]
+    assert len(steps) == 2
+    for m in steps:
+        assert m["async/jobs_per_step"] == m["tasks/rounds"] >= 1
+        assert m["tasks/groups_generated"] == 4 * m["tasks/rounds"]  # 4 prompts per job
+        assert m["tasks/groups_kept"] + m["tasks/zero_variance_groups"] <= m["tasks/groups_generated"]
+    with Store(run / "store.sqlite") as store:
+        groups: dict = {}
+        for t in store.trajectories(stage="rl"):
+            groups.setdefault(t.group_id, []).append(t.reward)
+    assert groups and all(max(r) > min(r) for r in groups.values())

@@ -66,6 +66,9 @@ class AsyncSource:
         self.recipe, self.algorithm, self.sampler, self.state, self.astate = recipe, algo, sampler, state, astate
         self.grader, self.tokenizer, self.store, self.until, self.budgets = grader, tokenizer, store, until, budgets
         self.n_roll = algo.rollouts_per_task(cfg.group_size)
+        self.sampler_cfg = recipe.tasks.sampler  # dynamic sampling (DAPO) takes the groups of as many jobs as it needs
+        if algo.dynamic_sampling and self.sampler_cfg.kind != "dynamic":
+            self.sampler_cfg = self.sampler_cfg.model_copy(update={"kind": "dynamic"})
         self.gate = StalenessGate(cfg.max_staleness)
         factory = worker_factory or (ray_workers if recipe.run.backend == "ray" else process_workers)(
             model, tokenizer, recipe, worker_spec_ref(recipe, spec), tokenizer_hashes)
@@ -114,10 +117,38 @@ class AsyncSource:
             self._submit(job)
 
     def next(self) -> StepRollouts | None:
-        """The next step's rollouts; None when nothing is left to generate (the token budget is spent)."""
-        state, cfg, pool, buffer = self.state, self.recipe.rl, self.pool, self.buffer
+        """The next step's rollouts; None when nothing is left to generate (the token budget is spent).
+
+        Each draw takes the next finished job's admitted groups after selection; without dynamic sampling
+        one job is one step, with it (`tasks.sampler.kind: dynamic`, DAPO) the step takes jobs until it
+        holds `prompts_per_step` groups with reward variance or `max_rounds` jobs were drawn."""
+        cfg, taken, selection = self.recipe.rl, [], {}
+
+        def draw(_k: int) -> list:
+            got = self._next_admitted()
+            if got is None:
+                return []
+            taken.append(got)
+            by_group: dict[str, list] = {}
+            for t in got[1]:
+                by_group.setdefault(t.group_id, []).append(t)
+            kept, counts = select(self.algorithm, list(by_group.values()), cfg.group_size, self.astate.generator)
+            for k, v in counts.items():
+                selection[k] = selection.get(k, 0.0) + v
+            return kept
+
+        batch = next_groups(self.sampler_cfg, draw, lambda groups: groups, cfg.prompts_per_step,
+                            rewards=lambda g: [t.reward for t in g])
+        if not taken:
+            return None
+        return self._step_rollouts(taken, [g for _, g in batch.groups], batch.report, selection)
+
+    def _next_admitted(self) -> tuple[RolloutResult, list, float] | None:
+        """The first finished job with trajectories inside the staleness bound: (result, admitted, seconds the
+        learner waited); None when nothing is left to generate."""
+        state, pool, buffer = self.state, self.pool, self.buffer
         while True:
-            while (state.step + len(buffer) + pool.in_flight < self.until
+            while ((state.step + len(buffer) + pool.in_flight < self.until or self.sampler_cfg.kind == "dynamic")
                    and self.gate.may_start(len(buffer) + pool.in_flight) and pool.has_capacity()):
                 job = self._make_job(self.next_job)
                 if job is None:
@@ -140,19 +171,15 @@ class AsyncSource:
                 self.store.add_trajectories(rejected, stage="rl_stale", step=state.step)
             self.unlogged_stale += rejected  # a job rejected whole takes no step: its count goes with the next one
             if admitted:
-                return self._step_rollouts(res, admitted, idle)
+                return res, admitted, idle
             if not self.budget_left():
                 return None
 
-    def _step_rollouts(self, res: RolloutResult, admitted: list, idle: float) -> StepRollouts:
+    def _step_rollouts(self, taken: list, kept: list, report, selection: dict) -> StepRollouts:
         state, cfg, max_tokens = self.state, self.recipe.rl, self.recipe.env.max_tokens
-        by_group: dict[str, list] = {}
-        for t in admitted:
-            by_group.setdefault(t.group_id, []).append(t)
-        kept, selection = select(self.algorithm, list(by_group.values()), cfg.group_size, self.astate.generator)
-        names = list(by_group)
-        got = next_groups(self.recipe.tasks.sampler, lambda k: names, lambda ts: kept, len(names),
-                          rewards=lambda g: [t.reward for t in g])
+        admitted = [t for _, a, _ in taken for t in a]
+        entropy = {k: v for res, _, _ in taken for k, v in res.entropy.items()}
+        res, idle = taken[-1][0], sum(i for _, _, i in taken)
         stale = self.unlogged_stale
         metrics = am.staleness_distribution([lag(t, state.policy_version) for t in admitted], [len(t) for t in admitted],
                                             max_tokens=max_tokens, eta=cfg.max_staleness)
@@ -161,10 +188,12 @@ class AsyncSource:
                     "async/queue_depth": float(len(self.buffer)), "async/queue_age_s": time.time() - res.finished_at,
                     "async/in_flight": float(self.pool.in_flight), "async/learner_idle_s": idle,
                     "async/job_lag_steps": float(state.step - res.job_id), "async/max_staleness": float(cfg.max_staleness),
+                    "async/jobs_per_step": float(len(taken)),
                     "async/multi_version_frac": am.multi_version_fraction(admitted), **self.pool.counters.as_metrics()}
         line = (f" | lag {metrics.get('async/staleness/mean', 0):.2f} | stale {len(stale)} | idle {idle:.1f}s")
         self.unlogged_stale = []
-        return StepRollouts(kept, admitted, res.entropy, got.report, selection, res.busy_s, metrics, line)
+        return StepRollouts(kept, admitted, entropy, report, selection, sum(r.busy_s for r, _, _ in taken), metrics,
+                            line)
 
     def publish(self, model, version: int) -> bool:
         self.pool.publish(version, weights_blob(model))  # the workers' next turns use it
