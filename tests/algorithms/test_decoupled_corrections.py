@@ -107,3 +107,34 @@ def test_decoupled_ppo_with_tis_weights():
     loss, _ = decoupled_ppo(prox.clone(), prox, prox, torch.tensor([1.0], dtype=D), torch.ones(1, 2),
                             clip_low=0.2, clip_high=0.2, weights_BT=w)
     assert loss.item() == pytest.approx(-1.5)
+
+
+def test_decoupled_clip_cov_and_kl_cov_centre_on_proximal_and_weight_by_behavior():
+    # rl.mode async with Clip-Cov / KL-Cov (the spec sets `decoupled`): the surrogate is the variant's own,
+    # its ratio centred on π_prox, each token weighted by c = π_prox/π_beh. One token, A = 1, no clipping in
+    # range: π_beh = 0.2, π_prox = 0.3, π_θ = 0.33 → c = 1.5, r = 1.1, loss = −c·r·A = −1.65 (token mean).
+    from tracerl.algorithms.batch import collate
+    from tracerl.algorithms.spec import ALGORITHMS, PolicyOutput, StepContext
+    from tracerl.contract import TerminalReason, TokenRole, Trajectory
+
+    t = Trajectory(trajectory_id="t", group_id="g", task_id="x", env_name="e")
+    t.append([5, 6], TokenRole.PROMPT)
+    s, e = t.append([7], TokenRole.ACTION, logprobs=[math.log(0.2)], policy_version=0)
+    t.add_span("action", s, e)
+    t.set_reward({"r": 1.0}, {"r": 1.0})
+    t.finish(TerminalReason.EOS)
+    mb = collate([t], pad_id=0)
+    lp = torch.zeros_like(mb.behavior_BT)
+    lp[0, 2] = math.log(0.33)
+    prox = torch.zeros_like(mb.behavior_BT)
+    prox[0, 2] = math.log(0.3)
+    adv = mb.mask_BT.clone().float()
+    for variant in ({"clip_cov": {"ratio": 1e-9}}, {"kl_cov": {"k": 1e-9}}):  # no token selected by either
+        algo = ALGORITHMS["grpo"](decoupled={}, kl={"coef": 0.0}, **variant)
+        loss, _ = algo.loss(mb, PolicyOutput(logprobs_BT=lp, full_logprobs_BT=lp, entropy_BT=torch.zeros_like(lp)),
+                            {"proximal": prox}, adv, mb.reward_B, StepContext(max_tokens=8))
+        assert loss.item() == pytest.approx(-1.5 * 1.1, rel=1e-5), variant
+        plain = ALGORITHMS["grpo"](kl={"coef": 0.0}, **variant)  # sync: r = 0.33/0.2 = 1.65, clipped at 1.28
+        loss, _ = plain.loss(mb, PolicyOutput(logprobs_BT=lp, full_logprobs_BT=lp, entropy_BT=torch.zeros_like(lp)),
+                             {}, adv, mb.reward_B, StepContext(max_tokens=8))
+        assert loss.item() == pytest.approx(-1.28, rel=1e-5), variant

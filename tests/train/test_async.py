@@ -291,8 +291,7 @@ def test_resume_trains_every_buffered_result_and_restarts_in_flight_jobs(tiny, t
 
 
 @pytest.mark.parametrize("bad", [["rl.max_staleness=2"], ["rl.rollout_workers=2"],
-                                 ["rl.mode=async", "rl.max_staleness=1", "rl.rollout_workers=3"],  # 3 > η + 1 busy at most
-                                 ["rl.mode=async", "rl.algorithm.clip_cov={}"]])
+                                 ["rl.mode=async", "rl.max_staleness=1", "rl.rollout_workers=3"]])  # 3 > η + 1 busy at most
 def test_async_keys_are_checked(bad):
     with pytest.raises(UserError):
         load_recipe("smoke", bad)

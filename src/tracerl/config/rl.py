@@ -112,9 +112,6 @@ class RLConfig(Cfg):
             raise ValueError(f"rl.rollout_workers={self.rollout_workers} is more than the {self.max_staleness + 1} jobs "
                              f"rl.max_staleness={self.max_staleness} lets run at once, so some workers would never "
                              f"get one; set rl.rollout_workers <= {self.max_staleness + 1} or raise rl.max_staleness")
-        elif self.algorithm.clip_cov is not None or self.algorithm.kl_cov is not None:
-            raise ValueError("rl.mode: async trains with the decoupled surrogate, which Clip-Cov and KL-Cov would replace "
-                             "with their own; use rl.mode: sync with clip_cov or kl_cov")
         return self
 
     @model_validator(mode="after")

@@ -71,6 +71,12 @@ def _prepare(logprobs_BT, old_logprobs_BT, adv_BT, mask_BT):
     return mask, log_r, adv
 
 
+def _weighted(surrogate, weights_BT, mask):
+    if weights_BT is None:
+        return surrogate
+    return surrogate * torch.where(mask, weights_BT.detach(), torch.zeros_like(surrogate))
+
+
 def _surrogate(ratio, adv, clip_low, clip_high):
     if clip_low is None and clip_high is None:
         return ratio * adv
@@ -85,8 +91,10 @@ def clip_cov(
     logprobs_BT: torch.Tensor, old_logprobs_BT: torch.Tensor, adv_BT: torch.Tensor, mask_BT: torch.Tensor, *,
     clip_ratio: float = 2e-4, cov_low: float = 1.0, cov_high: float = 5.0, generator: torch.Generator | None = None,
     clip_low: float | None = None, clip_high: float | None = None, aggregation: str = "token", max_len: int | None = None,
+    weights_BT: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Loss to minimise and stats (`cov_affected_frac`, `cov_mean`)."""
+    """Loss to minimise and stats (`cov_affected_frac`, `cov_mean`); `weights_BT` multiplies each token's
+    surrogate by a detached correction (TIS / MIS, or the decoupled behaviour weight π_prox/π_beh)."""
     mask, log_r, adv = _prepare(logprobs_BT, old_logprobs_BT, adv_BT, mask_BT)
     detach = clip_cov_selection(logprobs_BT, adv, mask, clip_ratio=clip_ratio, cov_low=cov_low, cov_high=cov_high,
                                 generator=generator)
@@ -94,7 +102,8 @@ def clip_cov(
     cov = token_covariance(logprobs_BT, adv, mask)
     ratio = torch.exp(log_r)
     ratio = torch.where(detach, ratio.detach(), ratio)
-    loss = -aggregate(_surrogate(ratio, adv, clip_low, clip_high), mask_BT, aggregation, max_len)
+    loss = -aggregate(_weighted(_surrogate(ratio, adv, clip_low, clip_high), weights_BT, mask), mask_BT, aggregation,
+                      max_len)
     stats = {"cov_affected_frac": torch.tensor(n_pick / max(n, 1)), "cov_mean": masked_mean(cov, mask_BT),
              "loss": loss.detach()}
     return loss, stats
@@ -106,16 +115,16 @@ def clip_cov(
 def kl_cov(
     logprobs_BT: torch.Tensor, old_logprobs_BT: torch.Tensor, adv_BT: torch.Tensor, mask_BT: torch.Tensor, *,
     k: float = 2e-3, coef: float = 1.0, clip_low: float | None = None, clip_high: float | None = None,
-    aggregation: str = "token", max_len: int | None = None,
+    aggregation: str = "token", max_len: int | None = None, weights_BT: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Loss to minimise and stats (`cov_affected_frac`, `cov_mean`)."""
+    """Loss to minimise and stats (`cov_affected_frac`, `cov_mean`); `weights_BT` as in `clip_cov`."""
     mask, log_r, adv = _prepare(logprobs_BT, old_logprobs_BT, adv_BT, mask_BT)
     penalised = kl_cov_selection(logprobs_BT, adv, mask, k=k)
     n, n_pick = int(mask.sum()), int(penalised.sum())
     cov = token_covariance(logprobs_BT, adv, mask)
     surrogate = _surrogate(torch.exp(log_r), adv, clip_low, clip_high)
     surrogate = surrogate - coef * torch.where(penalised, log_r.abs(), torch.zeros_like(log_r))
-    loss = -aggregate(surrogate, mask_BT, aggregation, max_len)
+    loss = -aggregate(_weighted(surrogate, weights_BT, mask), mask_BT, aggregation, max_len)
     stats = {"cov_affected_frac": torch.tensor(n_pick / max(n, 1)), "cov_mean": masked_mean(cov, mask_BT),
              "loss": loss.detach()}
     return loss, stats

@@ -23,6 +23,17 @@ from tracerl.algorithms.losses.policy import clipped_surrogate, ratio_stats
 from tracerl.algorithms.registry import register
 
 
+def behavior_correction(prox_logprobs_BT: torch.Tensor, behavior_logprobs_BT: torch.Tensor, mask_BT: torch.Tensor, *,
+                        cap: float | None = None) -> torch.Tensor:
+    """c_t = π_prox/π_beh on the masked tokens (detached, optionally capped), 0 elsewhere."""
+    mask = mask_BT.bool()
+    zeros = torch.zeros_like(prox_logprobs_BT)
+    c = torch.exp(torch.where(mask, prox_logprobs_BT.detach() - behavior_logprobs_BT.detach(), zeros))
+    if cap is not None:
+        c = c.clamp(max=cap)
+    return torch.where(mask, c, zeros)
+
+
 @register("decoupled_ppo", kind="loss",
           description="AReaL decoupled PPO: (pi_prox/pi_beh) * clipped surrogate of pi_theta/pi_prox",
           source="Fu et al. 2025 (AReaL)")
@@ -48,11 +59,7 @@ def decoupled_ppo(
         raise ValueError("logprobs, prox, behavior, adv and mask must share one (B, T) shape")
     mask = mask_BT.bool()
     zeros = torch.zeros_like(logprobs_BT)
-    log_c = torch.where(mask, prox_logprobs_BT.detach() - behavior_logprobs_BT.detach(), zeros)
-    c = torch.exp(log_c)
-    if behavior_cap is not None:
-        c = c.clamp(max=behavior_cap)
-    c = torch.where(mask, c, zeros)
+    c = behavior_correction(prox_logprobs_BT, behavior_logprobs_BT, mask_BT, cap=behavior_cap)
     log_r = torch.where(mask, logprobs_BT - prox_logprobs_BT.detach(), zeros)
     r = torch.exp(log_r)
     adv = torch.where(mask, adv_BT.detach(), zeros)

@@ -25,6 +25,7 @@ from pydantic import Field, model_validator
 from tracerl.algorithms.batch import Batch
 from tracerl.algorithms.entropy_control import MagicEntropyController, entropy_bonus
 from tracerl.algorithms.losses import clip_cov, decoupled_ppo, kl_cov, kl_loss, mis, policy_loss, positive_nll, tis
+from tracerl.algorithms.losses.decoupled import behavior_correction
 from tracerl.algorithms.losses.aggregate import masked_mean
 from tracerl.algorithms.rewards import length_bonus, overlong_penalty
 from tracerl.algorithms.selection import resample_on_correct, roc_penalty
@@ -127,10 +128,10 @@ class Algorithm(Part):
 
     @model_validator(mode="after")
     def _one_variant(self) -> Algorithm:
-        chosen = [n for n in ("clip_cov", "kl_cov", "decoupled") if getattr(self, n) is not None]
+        chosen = [n for n in ("clip_cov", "kl_cov") if getattr(self, n) is not None]
         if len(chosen) > 1:
             raise ValueError(f"choose at most one surrogate variant, got {' and '.join(chosen)}")
-        if chosen and chosen[0] != "decoupled" and self.dual_clip is not None:
+        if chosen and self.dual_clip is not None:
             raise ValueError(f"dual_clip does not combine with {chosen[0]}")
         return self
 
@@ -270,15 +271,21 @@ class Algorithm(Part):
                 mask = mask * kept
             stats = {f"correction_{k}": v for k, v in s.items()}
         clip = dict(clip_low=self.clip_low, clip_high=self.clip_high)
-        if self.decoupled is not None:
+        if self.decoupled is not None and (self.clip_cov is not None or self.kl_cov is not None):
+            # decoupled (async) Clip-Cov / KL-Cov: the ratio centred on π_prox, each token weighted by π_prox/π_beh
+            old = scores["proximal"]
+            c = behavior_correction(old, mb.behavior_BT, mask, cap=self.decoupled.behavior_cap)
+            weights = c if weights is None else weights * c
+        if self.decoupled is not None and self.clip_cov is None and self.kl_cov is None:
             loss, s = decoupled_ppo(out.logprobs_BT, scores["proximal"], mb.behavior_BT, adv_BT, mask, **clip, **agg,
                                     behavior_cap=self.decoupled.behavior_cap, dual_clip=self.dual_clip, weights_BT=weights)
         elif self.clip_cov is not None:
             c = self.clip_cov
             loss, s = clip_cov(out.logprobs_BT, old, adv_BT, mask, clip_ratio=c.ratio, cov_low=c.cov_low,
-                               cov_high=c.cov_high, generator=ctx.generator, **clip, **agg)
+                               cov_high=c.cov_high, generator=ctx.generator, weights_BT=weights, **clip, **agg)
         elif self.kl_cov is not None:
-            loss, s = kl_cov(out.logprobs_BT, old, adv_BT, mask, k=self.kl_cov.k, coef=self.kl_cov.coef, **clip, **agg)
+            loss, s = kl_cov(out.logprobs_BT, old, adv_BT, mask, k=self.kl_cov.k, coef=self.kl_cov.coef, weights_BT=weights,
+                             **clip, **agg)
         else:
             loss, s = policy_loss(out.logprobs_BT, old, adv_BT, mask, **clip, **agg, dual_clip=self.dual_clip,
                                   weights_BT=weights)
