@@ -66,12 +66,25 @@ def test_every_field_has_a_description():
 
 
 @pytest.mark.parametrize("recipe, overrides, words", [
-    ("smoke", ["rl.mode=async", "gateway.agent=examples/gateway_agent/agent.py:run"], "async learner would update under it"),
-    ("multi_env", ["gateway.agent=examples/gateway_agent/agent.py:run"], "gateway.agent plays one environment"),
+    ("smoke", ["rl.mode=async", "gateway.agent=examples/gateway_agent/agent.py:run"], "not combine with rl.mode: async"),
+    ("multi_env", ["gateway.agent=examples/gateway_agent/agent.py:run"], "not combine with envs:"),
+    ("smoke", ["run.backend=ray", "gateway.agent=examples/gateway_agent/agent.py:run"], "not combine with run.backend: ray"),
+    ("smoke", ["learner.ranks=2", "model.device=cuda"], "ranks run on CPU"),
+    ("smoke", ["model.lora.r=8", "model.reference_device=cpu", "model.device=auto"], "adapter disabled"),
 ])
 def test_meaningless_combinations_are_refused_at_load(recipe, overrides, words):
     with pytest.raises(UserError, match=words):
         load_recipe(recipe, overrides)
+
+
+def test_at_most_three_combination_refusals():
+    # every refusal of two settings that do not combine lives in config/combinations.py, one `return` each
+    import inspect
+
+    from tracerl.config import combinations
+
+    src = inspect.getsource(combinations.combination_problem)
+    assert src.count("return (") + src.count('return f"') + src.count('return "') == 3
 
 
 @pytest.mark.parametrize("overrides", [

@@ -10,7 +10,7 @@ from tracerl.errors import UserError
 @pytest.mark.parametrize("overrides, needle", [
     (["engine.dtype=bfloat16"], "set model.dtype instead"),
     (["engine.name=hf", "engine.max_model_len=512"], "applies to engine.name vllm only"),
-    (["engine.name=vllm", "gateway.agent=examples/gateway_agent/agent.py:run"], "does not run gateway.agent"),
+    (["engine.name=vllm", "gateway.agent=examples/gateway_agent/agent.py:run"], "gateway.agent does not combine with engine.name: vllm"),
     (["engine.name=bogus"], "engine.name"),
 ])
 def test_bad_engine_settings_are_refused_in_one_sentence(overrides, needle):

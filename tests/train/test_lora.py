@@ -141,8 +141,8 @@ def test_bad_lora_settings_are_one_sentence(tiny):
         lora.attach_lora(copy.deepcopy(model), LoraSettings(target_modules=["qkv"]), pointer=POINTER)
     for overrides, msg in ((["model.lora.r=0"], "greater than 0"),
                            (["model.lora.r=8", "rl.stages=[{name: a, steps: 1}, {name: b, steps: 1, reset_reference: true}]"],
-                            "cannot reset it"),
+                            "reset_reference cannot apply"),
                            (["model.lora.r=8", "model.reference_device=cpu", "model.device=auto"],
-                            "cannot differ from model.device")):
+                            "model.reference_device cannot apply")):
         with pytest.raises(UserError, match=msg):
             load_recipe("smoke", overrides)

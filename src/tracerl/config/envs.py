@@ -191,3 +191,38 @@ def check_envs(recipe) -> str | None:
             if bad or not st.envs:
                 return f"rl.stages.{k}.envs names {bad or 'no environment'}; use some of the run's envs: {names}"
     return None
+
+
+def check_mixture(recipe) -> str | None:
+    """The first `mixture:` / `envs:` setting that has no effect or no place in this recipe, as one sentence."""
+    if not recipe.envs:
+        if recipe.mixture != MixtureConfig():  # by value: a resolved config round-trips
+            return "mixture: options apply only to a run over several environments; add envs: or remove mixture:"
+    else:
+        if recipe.env.name != type(recipe.env)().name:  # by value, so a resolved config round-trips
+            return ("the recipe sets both env.name and envs:; with envs: the env section holds only shared budgets, "
+                    "so drop env.name")
+        if recipe.tasks != TasksConfig():
+            return ("with envs: each environment's tasks go under envs[i].tasks; move the recipe-level tasks: "
+                    "section there")
+        for k, st in enumerate(recipe.rl.stages):
+            if st.tasks is not None:
+                return (f"rl.stages.{k}.tasks: with envs: a stage picks environments (rl.stages.{k}.envs), each keeps "
+                        "its own tasks")
+        algo, mixture = recipe.rl.algorithm, recipe.mixture
+        if mixture.loss_share == "episodes" and (algo.aggregation == "sequence" or algo.name == "mopd"):
+            why = ("aggregation sequence already weighs every episode the same" if algo.aggregation == "sequence"
+                   else "mopd's band loss counts kept tokens, not loss weights")
+            return f"mixture.loss_share: episodes has no effect here ({why}); remove it"
+        if mixture.schedule == "alternate":
+            if mixture.loss_share == "episodes":
+                return ("mixture.loss_share: episodes has no effect with mixture.schedule: alternate (each batch holds "
+                        "one environment); remove one of them")
+            samplers = [recipe.tasks.sampler] + [e.tasks.sampler for e in recipe.envs if e.tasks is not None]
+            if algo.dynamic_sampling or any(s.kind == "dynamic" for s in samplers):
+                return ("mixture.schedule: alternate draws one environment per batch and does not combine with dynamic "
+                        "sampling (tasks.sampler.kind: dynamic, dapo), whose refills would draw another; use "
+                        "schedule: mixed")
+        if mixture.regression_tolerance is not None and not recipe.rl.eval_every:
+            return "mixture.regression_tolerance watches the held-out evaluations during RL; set rl.eval_every > 0"
+    return None

@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 from tracerl.config.base import Cfg
 from tracerl.config.combinations import combination_problem
 from tracerl.config.engine import EngineConfig
-from tracerl.config.envs import EnvConfig, EnvEntry, MixtureConfig, check_envs
+from tracerl.config.envs import EnvConfig, EnvEntry, MixtureConfig, check_envs, check_mixture
 from tracerl.config.eval import EvalConfig
 from tracerl.config.faults import FaultsConfig
 from tracerl.config.gateway import GatewayConfig
@@ -24,7 +24,7 @@ from tracerl.config.gates import GatesConfig
 from tracerl.config.learner import LearnerConfig
 from tracerl.config.loggers import LoggersConfig
 from tracerl.config.model import ModelConfig
-from tracerl.config.ray import RayConfig
+from tracerl.config.ray import RayConfig, check_ray
 from tracerl.config.rl import RLConfig
 from tracerl.config.roles import RolesConfig
 from tracerl.config.run import RunConfig
@@ -90,7 +90,7 @@ class Recipe(Cfg):
         check_sft_source(self)
         if "faults" in self.eval.slices and not self.faults.active:
             raise ValueError("eval.slices lists faults but no fault rate is set; set e.g. faults.tool_crash=0.1 or drop the slice")
-        problem = check_envs(self) or combination_problem(self)
+        problem = check_envs(self) or check_mixture(self) or check_ray(self) or combination_problem(self)
         if problem:
             raise ValueError(problem)
         if "rl" in self.stages and self.sampling.temperature <= 0:
