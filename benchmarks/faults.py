@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tracerl.contract import TerminalReason
 from tracerl.config.faults import KINDS
-from tracerl.faults import count_faults
+from tracerl.rollout.faults import count_faults
 from tracerl.store import RunDir
 
 FACTOR = 3.0  # at most this many times a clean step: each hang costs hang_s, and env steps run one after another

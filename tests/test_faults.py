@@ -6,7 +6,7 @@ import pytest
 from tracerl.contract import TerminalReason
 from tracerl.envs import get_env
 from tracerl.config.faults import KINDS, FaultsConfig
-from tracerl.faults import count_faults, wrap_spec
+from tracerl.rollout.faults import count_faults, wrap_spec
 from tracerl.train.demos import collect_demos
 
 
@@ -36,7 +36,7 @@ def test_every_kind_at_rate_one_is_an_infra_failure_labelled_by_kind(kind):
 
 
 def test_a_real_environment_exception_is_labelled_not_raised():
-    from tracerl.faults import FaultyEnv
+    from tracerl.rollout.faults import FaultyEnv
     env = FaultyEnv(Boom(), FaultsConfig(slow_call=0.0, tool_crash=0.0))
     env.reset(None, 0)
     step = env.step("x")

@@ -11,7 +11,7 @@ from tracerl.contract import TerminalReason
 from tracerl.contract.task import Task
 from tracerl.envs import EnvSpec, Step, get_env
 from tracerl.config.faults import FaultsConfig
-from tracerl.faults import count_faults, wrap_engine
+from tracerl.rollout.faults import count_faults, wrap_engine
 from tracerl.rollout import LoopBudgets, TorchEngine, run_episodes
 from tracerl.rollout.engine import StatelessSession
 from tracerl.rollout.guard import Watchdog

@@ -1,4 +1,4 @@
-"""The `faults:` section of a recipe: fault injection rates for tests and benchmarks (`tracerl/faults.py`
+"""The `faults:` section of a recipe: fault injection rates for tests and benchmarks (`tracerl/rollout/faults.py`
 wraps environments and engines with them)."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from typing import Any
 
 from tracerl.envs.base import EnvSpec, Step
 from tracerl.config.faults import FaultsConfig
-from tracerl.faults import wrap_engine, wrap_spec
+from tracerl.rollout.faults import wrap_engine, wrap_spec
 
 SLICES = ("tool_error", "tool_wrong", "faults")
 TOOL_ERROR = "Error: the tool is unavailable."

@@ -76,7 +76,7 @@ class RoutesRef:
 
     def build(self) -> EnvPlayer:
         from tracerl.config.faults import FaultsConfig
-        from tracerl.faults import wrap_spec
+        from tracerl.rollout.faults import wrap_spec
 
         for m in self.modules:
             importlib.import_module(m)

@@ -95,7 +95,7 @@ class SpecRef:
     def build(self):
         from tracerl.envs import get_env
         from tracerl.config.faults import FaultsConfig
-        from tracerl.faults import wrap_spec
+        from tracerl.rollout.faults import wrap_spec
 
         for m in self.modules:
             importlib.import_module(m)
@@ -305,7 +305,7 @@ def _worker_main(worker_id: int, settings: WorkerSettings, inbox, outbox) -> Non
     exit_with_parent(os.getppid())
     torch.set_num_threads(settings.threads)
     from tracerl.config.faults import FaultsConfig
-    from tracerl.faults import wrap_engine
+    from tracerl.rollout.faults import wrap_engine
 
     model = None if settings.engine == "vllm" else worker_model(settings)
     if model is not None:

@@ -18,7 +18,7 @@ import time
 from tracerl.contract.task import Task
 from tracerl.envs.base import get_env
 from tracerl.errors import UserError
-from tracerl.faults import wrap_spec
+from tracerl.rollout.faults import wrap_spec
 from tracerl.tasks import TaskPool, build_pool
 from tracerl.train.demos import collect_demos
 from tracerl.run.multienv import EnvRoute, resolve_routes

@@ -24,7 +24,7 @@ from tracerl.rollout.engine_api import sync_weights
 from tracerl.rollout.engines import build_engine, engine_problem
 from tracerl.store import RunDir
 from tracerl.telemetry import MetricLoggers
-from tracerl.faults import wrap_engine
+from tracerl.rollout.faults import wrap_engine
 from tracerl.sandbox.runtime import configure as configure_sandbox
 from tracerl.models.device import model_device
 from tracerl.train.checkpoint import load_reference, save_checkpoint

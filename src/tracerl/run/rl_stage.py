@@ -16,7 +16,7 @@ import dataclasses
 import time
 
 from tracerl.errors import UserError
-from tracerl.faults import wrap_spec
+from tracerl.rollout.faults import wrap_spec
 from tracerl.rollout.attempts import engine_attempt_fn
 from tracerl.train.model_setup import new_reference
 from tracerl.run.multienv import EnvMixtureSampler, EnvRouter, resolve_routes, stage_envs
