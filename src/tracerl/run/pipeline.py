@@ -49,29 +49,9 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     torch.set_num_threads(recipe.run.threads)
     torch.manual_seed(recipe.run.seed)
     _quiet_transformers()
-    rl_state, stages, file_demos = None, list(recipe.stages), None
-    configure_sandbox(recipe.sandbox)  # a runtime that cannot import its modules fails before anything is written
-    check_model_setup(recipe)  # devices, peft, LoRA targets (train/model_setup.py): before any write
-    if engine_problem(recipe.engine):  # engine.name=vllm without vLLM or a GPU: one sentence, nothing written
-        raise UserError(engine_problem(recipe.engine))
-    grader = (GraderRole.build(recipe.roles.grader, default_device=recipe.model.device)
-              if "rl" in stages else None)  # a bad judge fails before any write
-    episodes = gateway_rollout(recipe)  # an external agent through the gateway (a bad agent fails here), else the agent loop
-    if resume is not None:
-        run = RunDir(resume)
-        ckpt, saved, stages = _resume_point(run, recipe)
-        model, tokenizer = load_model_and_tokenizer(ckpt, dtype=recipe.model.dtype)  # a LoRA one: base + adapter
-        torch.set_rng_state(saved["torch_rng"])
-        rl_state = RLState(**{k: saved[k] for k in RLState.__dataclass_fields__ if k in saved})
-        _say(f"resuming {run.path} from {ckpt.name} (policy version {rl_state.policy_version})")
-    else:
-        file_demos = load_sft_data(recipe)  # a bad conversations file fails before anything is written
-        if recipe.model.path is not None:  # a bad path fails before anything is written
-            model, tokenizer = load_model_and_tokenizer(recipe.model.path, gguf_file=recipe.model.gguf_file,
-                                                        dtype=recipe.model.dtype)
-            attach_lora_if_due(model, tokenizer, recipe, stage="load")  # peft refusing the model fails here
-        run = RunDir(recipe.run.dir, create=True) if recipe.run.dir else RunDir.new(recipe.run.root, recipe.run.name)
-        _say(f"run directory: {run.path}")
+    stages = list(recipe.stages)
+    grader, episodes = _preflight(recipe, stages)
+    run, ckpt, stages, model, tokenizer, rl_state, file_demos = _open_run(recipe, resume, stages)
     config_yaml = yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)
     run.config_path.write_text(config_yaml)
 
@@ -83,16 +63,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     elif resume is None and (("sft" in stages and recipe.sft.source == "expert") or recipe.model.path is None):
         demos, sft_counts = envs.collect_demos(recipe, say=_say)
     if resume is None and recipe.model.path is None:
-        tiny = recipe.model.tiny
-        t0 = time.time()
-        corpus = demo_texts(demos) + envs.heldout_prompts()
-        model_dir = build_tiny(run.path / "base_model", corpus, tags=envs.special_tokens(), vocab_size=tiny.vocab_size,
-                               hidden_size=tiny.hidden_size, num_layers=tiny.num_layers, num_heads=tiny.num_heads,
-                               intermediate_size=tiny.intermediate_size, max_positions=tiny.max_positions, seed=seed,
-                               individual_digits=tiny.individual_digits)
-        model, tokenizer = load_model_and_tokenizer(model_dir, dtype=recipe.model.dtype)
-        n_params = sum(p.numel() for p in model.parameters())
-        _say(f"built tiny model ({n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}) in {time.time() - t0:.1f}s")
+        model, tokenizer = _build_tiny_model(recipe, run, envs, demos)
     tokenizer.save_pretrained(run.path / "tokenizer")
     hashes = tokenizer_hashes(tokenizer)
     if resume is None:
@@ -148,6 +119,36 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     if not final.exists():
         save_checkpoint(final, model, tokenizer, state={"stage": last_stage, "step": rl_steps_done,
                                                         "policy_version": version})
+    return _finish(recipe, run, heldout, episodes, loggers, summary_path, t_start)
+
+
+def _preflight(recipe: Recipe, stages: list[str]):
+    """What must fail before anything is written: the sandbox runtime, devices / peft / LoRA targets, the engine,
+    the judge and the gateway agent. Returns (grader role or None, what plays the episodes)."""
+    configure_sandbox(recipe.sandbox)
+    check_model_setup(recipe)  # train/model_setup.py
+    if engine_problem(recipe.engine):  # engine.name=vllm without vLLM or a GPU: one sentence, nothing written
+        raise UserError(engine_problem(recipe.engine))
+    grader = GraderRole.build(recipe.roles.grader, default_device=recipe.model.device) if "rl" in stages else None
+    return grader, gateway_rollout(recipe)  # an external agent through the gateway, else the agent loop
+
+
+def _build_tiny_model(recipe: Recipe, run, envs: RunEnvs, demos):
+    """The built-in tiny model and its tokenizer, trained on the demonstrations and held-out prompts."""
+    tiny, t0 = recipe.model.tiny, time.time()
+    corpus = demo_texts(demos) + envs.heldout_prompts()
+    model_dir = build_tiny(run.path / "base_model", corpus, tags=envs.special_tokens(), vocab_size=tiny.vocab_size,
+                           hidden_size=tiny.hidden_size, num_layers=tiny.num_layers, num_heads=tiny.num_heads,
+                           intermediate_size=tiny.intermediate_size, max_positions=tiny.max_positions,
+                           seed=recipe.run.seed, individual_digits=tiny.individual_digits)
+    model, tokenizer = load_model_and_tokenizer(model_dir, dtype=recipe.model.dtype)
+    n_params = sum(p.numel() for p in model.parameters())
+    _say(f"built tiny model ({n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}) in {time.time() - t0:.1f}s")
+    return model, tokenizer
+
+
+def _finish(recipe: Recipe, run, heldout, episodes, loggers, summary_path: Path, t_start: float) -> RunResult:
+    """Write summary.json, print the before/after table, close the gateway, loggers and store."""
     evals = heldout.evals
     result = RunResult(run.path, [e for e in evals if not e["after"].startswith("rl step")], time.time() - t_start)
     summary_path.write_text(json.dumps({"evals": evals, "wall_s": result.wall_s}, indent=2))
@@ -160,6 +161,30 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     loggers.close()
     run.close()
     return result
+
+
+def _open_run(recipe: Recipe, resume, stages: list[str]):
+    """The run directory and what it starts from: a resumed run's checkpoint, model, RNG and RL state, or a new
+    directory (after the conversations file and `model.path` load, so a bad one writes nothing). Returns
+    (run, checkpoint or None, stages left, model, tokenizer, RLState or None, file demos or None); model and
+    tokenizer are None for a tiny model still to build."""
+    model = tokenizer = rl_state = file_demos = ckpt = None
+    if resume is not None:
+        run = RunDir(resume)
+        ckpt, saved, stages = _resume_point(run, recipe)
+        model, tokenizer = load_model_and_tokenizer(ckpt, dtype=recipe.model.dtype)  # a LoRA one: base + adapter
+        torch.set_rng_state(saved["torch_rng"])
+        rl_state = RLState(**{k: saved[k] for k in RLState.__dataclass_fields__ if k in saved})
+        _say(f"resuming {run.path} from {ckpt.name} (policy version {rl_state.policy_version})")
+    else:
+        file_demos = load_sft_data(recipe)  # a bad conversations file fails before anything is written
+        if recipe.model.path is not None:  # a bad path fails before anything is written
+            model, tokenizer = load_model_and_tokenizer(recipe.model.path, gguf_file=recipe.model.gguf_file,
+                                                        dtype=recipe.model.dtype)
+            attach_lora_if_due(model, tokenizer, recipe, stage="load")  # peft refusing the model fails here
+        run = RunDir(recipe.run.dir, create=True) if recipe.run.dir else RunDir.new(recipe.run.root, recipe.run.name)
+        _say(f"run directory: {run.path}")
+    return run, ckpt, stages, model, tokenizer, rl_state, file_demos
 
 
 def gateway_rollout(recipe: Recipe):
