@@ -63,7 +63,7 @@ def test_tokens_leaves_the_weights_alone():
 
 @pytest.mark.parametrize("overrides, words", [
     (["rl.algorithm.aggregation=sequence"], "aggregation sequence already weighs every episode the same"),
-    (["rl.algorithm={name: mopd}", "roles.teachers=[{name: t, path: unused}]"], "mopd's band loss counts kept tokens"),
+    (["rl.algorithm={name: mopd}", "roles.teachers=[{name: t, path: unused}]"], "mopd's loss counts the tokens it keeps"),
 ])
 def test_episodes_where_it_would_do_nothing_is_refused(overrides, words):
     with pytest.raises(UserError) as err:

@@ -210,9 +210,9 @@ def check_mixture(recipe) -> str | None:
                 return (f"rl.stages.{k}.tasks: with envs: a stage picks environments (rl.stages.{k}.envs), each keeps "
                         "its own tasks")
         algo, mixture = recipe.rl.algorithm, recipe.mixture
-        if mixture.loss_share == "episodes" and (algo.aggregation == "sequence" or algo.name == "mopd"):
+        if mixture.loss_share == "episodes" and (algo.aggregation == "sequence" or not algo.weighs_rows):
             why = ("aggregation sequence already weighs every episode the same" if algo.aggregation == "sequence"
-                   else "mopd's band loss counts kept tokens, not loss weights")
+                   else f"{algo.name}'s loss counts the tokens it keeps, not loss weights")
             return f"mixture.loss_share: episodes has no effect here ({why}); remove it"
         if mixture.schedule == "alternate":
             if mixture.loss_share == "episodes":

@@ -184,6 +184,12 @@ class Algorithm(Part):
         return None
 
     @property
+    def weighs_rows(self) -> bool:
+        """True when the loss scales each row by its loss weight (`Batch.weight_B`), so per-row reweighting
+        (e.g. `mixture.loss_share: episodes`) changes it; false for a loss that counts kept tokens instead."""
+        return True
+
+    @property
     def every_row(self) -> bool:
         """True when rows with zero advantage still move the loss (KL, entropy, NLL, KL-Cov terms)."""
         return self.kl.coef > 0 or self.entropy.active or self.nll is not None or self.kl_cov is not None

@@ -102,6 +102,10 @@ class MOPD(Algorithm):
     def every_row(self) -> bool:
         return True  # a teacher advantage is dense: every row moves the loss
 
+    @property
+    def weighs_rows(self) -> bool:
+        return False  # the ratio band's loss counts the tokens it keeps
+
     def advantages(self, batch: Batch, rewards_B: torch.Tensor, scores: dict[str, torch.Tensor]
                    ) -> tuple[torch.Tensor, dict[str, float]]:
         weight = self._token_weight(batch)
