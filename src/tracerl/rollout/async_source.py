@@ -29,7 +29,7 @@ from tracerl.rollout.worker_pool import WorkerPool
 from tracerl.rollout.workers import ProcessWorker, RolloutJob, RolloutResult, SpecRef, weights_blob, worker_settings
 from tracerl.tasks import next_groups
 from tracerl.telemetry import async_metrics as am
-from tracerl.rollout.sources import StepRollouts, select
+from tracerl.rollout.sources import StepRollouts, select, step_sampler, tokens_left
 from tracerl.rollout.staleness import StalenessGate, lag
 
 
@@ -66,9 +66,7 @@ class AsyncSource:
         self.recipe, self.algorithm, self.sampler, self.state, self.astate = recipe, algo, sampler, state, astate
         self.grader, self.tokenizer, self.store, self.until, self.budgets = grader, tokenizer, store, until, budgets
         self.n_roll = algo.rollouts_per_task(cfg.group_size)
-        self.sampler_cfg = recipe.tasks.sampler  # dynamic sampling (DAPO) takes the groups of as many jobs as it needs
-        if algo.dynamic_sampling and self.sampler_cfg.kind != "dynamic":
-            self.sampler_cfg = self.sampler_cfg.model_copy(update={"kind": "dynamic"})
+        self.sampler_cfg = step_sampler(recipe, algo)  # dynamic sampling takes the groups of as many jobs as it needs
         self.gate = StalenessGate(cfg.max_staleness)
         factory = worker_factory or (ray_workers if recipe.run.backend == "ray" else process_workers)(
             model, tokenizer, recipe, worker_spec_ref(recipe, spec), tokenizer_hashes)
@@ -82,8 +80,7 @@ class AsyncSource:
         self.pool = WorkerPool(factory, cfg.rollout_workers)
 
     def budget_left(self) -> bool:
-        cap = self.recipe.rl.max_generated_tokens
-        return cap is None or self.state.generated_tokens < cap
+        return tokens_left(self.recipe, self.state)
 
     def _make_job(self, k: int) -> RolloutJob | None:
         tasks = self.sampler.next_batch(self.recipe.rl.prompts_per_step) if self.budget_left() else []

@@ -28,6 +28,11 @@ class EnvPlayer:
         self.specs, self.budgets, self.task_env = dict(specs), dict(budgets), dict(task_env)
         self.name = "+".join(self.specs)
 
+    @classmethod
+    def for_routes(cls, routes, task_env: Mapping[str, str]) -> EnvPlayer:
+        """Over a run's routes (each with `name`, `spec`, `budgets`: run/multienv.py `EnvRoute`)."""
+        return cls({r.name: r.spec for r in routes}, {r.name: r.budgets for r in routes}, task_env)
+
     def env_of(self, task) -> str:
         name = self.task_env.get(task.id)
         if name is None or name not in self.specs:

@@ -59,6 +59,18 @@ def select(algo, groups: list[list[Trajectory]], group_size: int, generator) -> 
     return out, selection
 
 
+def tokens_left(recipe, state) -> bool:
+    """True while the run's generated-token budget (`rl.max_generated_tokens`) is not spent."""
+    cap = recipe.rl.max_generated_tokens
+    return cap is None or state.generated_tokens < cap
+
+
+def step_sampler(recipe, algo):
+    """The stage's sampler settings, as dynamic sampling when the algorithm asks for it (DAPO)."""
+    cfg = recipe.tasks.sampler
+    return cfg.model_copy(update={"kind": "dynamic"}) if algo.dynamic_sampling and cfg.kind != "dynamic" else cfg
+
+
 def play_fn(spec, episodes, budgets):
     """How a source plays a batch of tasks: an `envs:` router's own `play` in this process, else `episodes`
     (run_episodes, a Ray actor, the gateway) on the spec with the loop's budgets (a router's per env)."""
@@ -82,13 +94,10 @@ class SyncSource:
             self.gen.set_state(state.generator_state)
         self.play = play_fn(spec, episodes, budgets)
         self.n_roll = algo.rollouts_per_task(cfg.group_size)
-        self.sampler_cfg = recipe.tasks.sampler
-        if algo.dynamic_sampling and self.sampler_cfg.kind != "dynamic":
-            self.sampler_cfg = self.sampler_cfg.model_copy(update={"kind": "dynamic"})
+        self.sampler_cfg = step_sampler(recipe, algo)
 
     def budget_left(self) -> bool:
-        cap = self.recipe.rl.max_generated_tokens
-        return cap is None or self.state.generated_tokens < cap
+        return tokens_left(self.recipe, self.state)
 
     def start(self, model) -> None:
         pass

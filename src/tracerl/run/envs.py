@@ -69,7 +69,7 @@ class RunEnvs:
             return self.routes[0].spec
         from tracerl.rollout.routes import EnvPlayer
 
-        return EnvPlayer({r.name: r.spec for r in self.routes}, {r.name: r.budgets for r in self.routes}, self.task_env)
+        return EnvPlayer.for_routes(self.routes, self.task_env)
 
     def train_tasks(self) -> list:
         """The training pools, interleaved environment by environment (a prefix holds each in turn)."""

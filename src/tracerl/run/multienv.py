@@ -175,7 +175,7 @@ class EnvRouter:
         self.active = list(active)
         self.name = "+".join(self.active)
         self.task_env = dict(task_env)
-        self.player = EnvPlayer({r.name: r.spec for r in routes}, {r.name: r.budgets for r in routes}, task_env)
+        self.player = EnvPlayer.for_routes(routes, task_env)
         total = sum(self.routes[n].share for n in self.active)
         self.targets = {n: self.routes[n].share / total for n in self.active}
         self.normalize_rewards, self.tolerance, self.loss_share = normalize, tolerance, loss_share
