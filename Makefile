@@ -6,12 +6,17 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test system-deps venv clean bench sandbox-runtime
 
-# bubblewrap gives the sandbox its namespaces; installed from Debian's packages when missing.
+# bubblewrap gives the sandbox its namespaces; chromium + chromium-driver run the report's browser test.
+# Both are installed from Debian's packages when missing (best effort).
 system-deps:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  echo "installing bubblewrap (sandbox isolation) from Debian's packages"; \
 	  (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1)) \
 	  || echo "warning: could not install bubblewrap; 'tracerl doctor' shows what the sandbox enforces without it"; }
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { \
+	  echo "installing chromium and chromium-driver (the report's headless-browser test) from Debian's packages"; \
+	  (apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1)) \
+	  || echo "warning: could not install chromium; tests/eval/test_report_browser.py is skipped without it"; }
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
