@@ -61,12 +61,35 @@ def build(node):
     raise ValueError(f"unexpected node {type(node).__name__}")
 
 
-def equal(a, b, tol):
+def _rationals_equal(a, b, tol, ref_exact):
+    """Two rational numbers: exactly when both are integers, the reference was written exactly or no
+    decimal was written (tol 0); else within tol relative, held under 1/2 beside an integer (as
+    `answers.numbers_match`)."""
+    diff = abs(a - b)
+    if tol == 0 or ref_exact or (a.is_Integer and b.is_Integer):
+        return diff == 0, "" if diff == 0 else f"different numbers (by {diff})"
+    bound = tol * max(1, abs(b))
+    close = diff <= bound and (diff < sympy.Rational(1, 2) or not (a.is_Integer or b.is_Integer))
+    return bool(close), "" if close else f"numerically different by {sympy.N(diff, 6)}"
+
+
+def _exactly_zero(diff, scale):
+    """A constant difference, decided exactly: a clear numeric non-zero refutes it at once;
+    otherwise only `simplify` reaching 0 proves it (no tolerance: 10**30 + 1 is not 10**30)."""
+    value = sympy.N(diff, 30)
+    if value.is_number and value.is_finite is not False and abs(value) > sympy.Float("1e-20") * scale:
+        return False, f"numerically different by {sympy.N(value, 6)}"
+    if sympy.simplify(diff) == 0:
+        return True, ""
+    return False, "not provably equal (compared exactly)"
+
+
+def equal(a, b, tol, ref_exact=False):
     if isinstance(a, tuple) or isinstance(b, tuple):
         if not (isinstance(a, tuple) and isinstance(b, tuple)) or len(a) != len(b):
             return False, "different number of parts"
         for x, y in zip(a, b):
-            ok, why = equal(x, y, tol)
+            ok, why = equal(x, y, tol, ref_exact)
             if not ok:
                 return False, why
         return True, ""
@@ -75,12 +98,16 @@ def equal(a, b, tol):
     if a.has(sympy.oo) != b.has(sympy.oo):
         return False, "infinite on one side only"
     diff = a - b
+    if a.is_Rational and b.is_Rational:
+        return _rationals_equal(a, b, tol, ref_exact)
     if not diff.free_symbols:
+        scale = 1
+        if not b.free_symbols and b.is_finite is not False:
+            scale = max(1, abs(sympy.N(b, 30)))
+        if tol == 0:  # no decimal written: exact forms are compared exactly
+            return _exactly_zero(diff, scale)
         value = sympy.N(diff, 30)
         if value.is_number and value.is_finite is not False:
-            scale = 1
-            if not b.free_symbols and b.is_finite is not False:
-                scale = max(1, abs(sympy.N(b, 30)))
             close = abs(value) <= tol * scale
             return bool(close), "" if close else f"numerically different by {sympy.N(value, 6)}"
         return bool(sympy.simplify(diff) == 0), "compared symbolically"
@@ -92,7 +119,7 @@ def equal(a, b, tol):
     for trial in range(3):
         point = {sym: sympy.Rational(2 * k + trial + 3, 7 + trial) for k, sym in enumerate(symbols)}
         value = sympy.N(diff.subs(point), 20)
-        if value.is_number and value.is_finite and abs(value) > tol * (1 + abs(sympy.N(b.subs(point), 20))):
+        if value.is_number and value.is_finite and abs(value) > max(tol, 1e-12) * (1 + abs(sympy.N(b.subs(point), 20))):
             return False, f"differs at {dict((str(k), str(v)) for k, v in point.items())}"
     if sympy.simplify(diff) == 0:
         return True, ""
@@ -110,7 +137,7 @@ def serve(rfile, wfile):
         req = json.loads(line)
         try:
             ok, why = equal(build(ast.parse(req["a"], mode="eval")), build(ast.parse(req["b"], mode="eval")),
-                            req.get("tol", 1e-9))
+                            req.get("tol", 1e-9), req.get("ref_exact", False))
             answer = {"equal": ok, "reason": why}
         except Exception as exc:  # noqa: BLE001 - any failure is a non-match, with its reason
             answer = {"equal": False, "reason": f"{type(exc).__name__}: {exc}"[:300]}

@@ -7,7 +7,6 @@ and several numbers in one answer are refused, not coerced.
 
 from __future__ import annotations
 
-import math
 import re
 from fractions import Fraction
 from typing import Any
@@ -68,6 +67,27 @@ def parse_number(value: str) -> tuple[Fraction | None, str]:
     return (number / 100 if percent else number), ""
 
 
+def numbers_match(got: Fraction, ref: Fraction, rel_tol: float, abs_tol: float = 0.0) -> tuple[bool, Fraction]:
+    """(equal, the tolerance used). Two integers compare exactly, whatever their size or spelling
+    (`1234568.0` is not `1234567`). Otherwise |got - ref| <= max(abs_tol, rel_tol·|ref|), and when
+    either side is an integer the window is also held under 1/2, so no tolerance can accept a
+    different integer (`1234567.5` is not `1234567`)."""
+    if got.denominator == 1 and ref.denominator == 1:
+        return got == ref, Fraction(0)
+    tol = max(Fraction(abs_tol), Fraction(rel_tol) * abs(ref))
+    diff = abs(got - ref)
+    if got.denominator == 1 or ref.denominator == 1:
+        return diff <= tol and diff < Fraction(1, 2), min(tol, Fraction(1, 2))
+    return diff <= tol, tol
+
+
+def written_exactly(value: str) -> bool:
+    """True for a number written without a decimal point or exponent (`12`, `3/4`, `\\frac{1}{3}`):
+    an exact value, which an approximation such as `0.333333333333` does not equal."""
+    s = normalize_text(value, case_sensitive=True)
+    return "." not in s and not re.search(r"\d[eE]", s)
+
+
 class ExactMatch:
     """1 when the normalized answer equals the normalized reference (task field `answer`, or a
     list of accepted answers)."""
@@ -105,10 +125,11 @@ class ExactMatch:
 
 
 class NumericMatch:
-    """1 when the answer is one finite number within tolerance of the reference:
-    |got - ref| <= max(abs_tol, rel_tol * |ref|). Refuses nan, inf, and |got| > max_abs."""
+    """1 when the answer is one finite number equal to the reference (see `numbers_match`: two
+    integers exactly, else |got - ref| <= max(abs_tol, rel_tol * |ref|), under 1/2 when either side
+    is an integer). Refuses nan, inf, and |got| > max_abs."""
 
-    name, revision = "numeric", "1"
+    name, revision = "numeric", "2"  # 2: integers exactly; no tolerance reaches a different integer
     components, primary = ("correct", "format"), "correct"
 
     def __init__(self, *, rel_tol: float = 1e-6, abs_tol: float = 1e-9, max_abs: float = 1e15) -> None:
@@ -127,9 +148,8 @@ class NumericMatch:
         ref, ref_why = parse_number(str(task_field(task, "answer")))
         if ref is None:
             raise ValueError(f"task reference answer is not a number: {ref_why}")
-        tol = max(self.abs_tol, self.rel_tol * abs(float(ref)))
-        diff = abs(float(number - ref))
-        correct = math.isfinite(diff) and diff <= tol
+        correct, tol_q = numbers_match(number, ref, self.rel_tol, self.abs_tol)
+        diff, tol = abs(float(number - ref)), float(tol_q)
         return VerifierResult({"correct": float(correct), "format": 1.0},
                               {"answer": got.value, "value": float(number), "reference": float(ref),
                                "abs_diff": diff, "tolerance": tol,

@@ -1,8 +1,10 @@
 """Symbolic math equivalence: exact fast paths first, then sympy in killable, memory-capped workers.
 
 Order of checks for `equivalent(answer, reference)`:
-  1. both plain numbers (integers, decimals, fractions, \\frac{a}{b}, percentages): two integers
-     compare exactly; otherwise exact rationals within a relative tolerance, in this process;
+  1. both plain numbers (integers, decimals, fractions, \\frac{a}{b}, percentages): compared
+     exactly when the reference is written exactly (`7`, `1/3`) and whenever both are integers;
+     a relative tolerance only against a decimal reference, never wide enough to reach a
+     different integer (`answers.numbers_match`), in this process;
   2. identical after normalization;
   3. both parsed and validated by `mathexpr` (no eval; power towers, huge exponents and the like
      refused in microseconds), then sent to a persistent sympy worker with a deadline. A worker
@@ -13,6 +15,7 @@ Order of checks for `equivalent(answer, reference)`:
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import queue
@@ -27,10 +30,15 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from tracerl.verifiers.answers import normalize_text, parse_number
+from tracerl.verifiers.answers import normalize_text, numbers_match, parse_number, written_exactly
 from tracerl.verifiers.base import AuditCase, VerifierResult, rejected, task_field, text_of
 from tracerl.verifiers.extract import extract_answer
 from tracerl.verifiers.mathexpr import ExprError, to_python
+
+
+def _has_decimal(expr: str) -> bool:
+    """Whether a validated expression (`mathexpr.to_python` output) holds a decimal literal."""
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, float) for n in ast.walk(ast.parse(expr, mode="eval")))
 
 
 @dataclass(frozen=True)
@@ -145,7 +153,7 @@ class _Worker:
 class MathEquivalence:
     """Reward 1 when the `<answer>` is mathematically equal to the task's `answer`."""
 
-    name, revision = "math_equivalence", "1"
+    name, revision = "math_equivalence", "2"  # 2: exact forms compared exactly (no tolerance)
     components, primary = ("correct", "format"), "correct"
 
     def __init__(self, *, timeout_s: float = 2.0, workers: int = 1, spares: int = 1, memory_bytes: int = 1 << 30,
@@ -192,10 +200,10 @@ class MathEquivalence:
         b_num, _ = parse_number(reference)
         if a_num is not None and b_num is not None:
             self.stats["number"] += 1
-            if a_num.denominator == 1 and b_num.denominator == 1:  # integers: exactly, never "close"
-                return Equivalence(a_num == b_num, "" if a_num == b_num else "different integers", "number")
-            close = abs(a_num - b_num) <= self.rel_tol * max(1, abs(b_num))
-            return Equivalence(bool(close), "" if close else "different numbers", "number")
+            if written_exactly(reference):  # an exact reference (`7`, `1/3`) is met exactly
+                return Equivalence(a_num == b_num, "" if a_num == b_num else "different numbers", "number")
+            close, _ = numbers_match(a_num, b_num, self.rel_tol)  # integers exactly, else relative
+            return Equivalence(close, "" if close else "different numbers", "number")
         if normalize_text(answer) == normalize_text(reference):
             self.stats["text"] += 1
             return Equivalence(True, "", "text")
@@ -208,7 +216,10 @@ class MathEquivalence:
             b_expr = to_python(reference)
         except ExprError as exc:
             raise ValueError(f"reference answer {reference!r} cannot be checked: {exc}") from None
-        return self._ask({"a": a_expr, "b": b_expr, "tol": self.rel_tol})
+        # A tolerance only where a decimal was written (an approximation); exact forms compare exactly.
+        approx = _has_decimal(a_expr) or _has_decimal(b_expr)
+        return self._ask({"a": a_expr, "b": b_expr, "tol": self.rel_tol if approx else 0.0,
+                          "ref_exact": not _has_decimal(b_expr)})
 
     def _ask(self, request: dict) -> Equivalence:
         self._ensure_started()
