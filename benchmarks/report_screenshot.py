@@ -13,6 +13,7 @@ Needs Debian's `chromium` (apt-get install -y chromium); exits 3 when it is abse
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import shutil
@@ -90,7 +91,8 @@ def synthetic_run(root: str | Path, *, steps: int = 12, groups: int = 4, group_s
     run.write_manifest({"code": {"commit": "0" * 40, "dirty": False}, "config_sha256": "f" * 64,
                         "recipe": "synthetic", "seeds": {"run": seed}, "tokenizer_sha256": "a" * 64,
                         "hardware": {"cpu_count": 2, "cuda": False}})
-    run.write_config({"rl": {"steps": steps, "group_size": group_size}})
+    run.write_config({"rl": {"steps": steps, "group_size": group_size},
+                      "gates": {"entropy_floor": 0.3, "entropy_patience": 3, "kl_max": 0.5}})
     loggers = MetricLoggers(run)
     classify = tag_classifier(tokenizer_pieces(tok))
     protocol = Protocol(checkpoint_sha256="0" * 64, tokenizer_sha256="a" * 64, chat_template_sha256="b" * 64,
@@ -129,6 +131,12 @@ def synthetic_run(root: str | Path, *, steps: int = 12, groups: int = 4, group_s
             ev = {"avg@4": 0.2 + 0.5 * step / steps, "pass@1": 0.2 + 0.5 * step / steps, "pass@4": 0.4 + 0.5 * step / steps}
             loggers.log(protocol.metric_names(ev), stage="eval", step=step)
     write_results(run.path, protocol, {"avg@4": 0.55, "pass@1": 0.55, "pass@4": 0.85})
+    # the before/after rows `tracerl train` writes to summary.json (and prints) after SFT and after RL
+    ends = [("sft", 0, 0.2), ("rl", steps, 0.45 + 0.1 * seed)]
+    (run.path / "summary.json").write_text(json.dumps({"evals": [
+        {"after": after, "step": step, "protocol": protocol.column, "eval/success": ok, "eval/pass@1": ok,
+         "eval/pass@4": min(1.0, ok + 0.3), "eval/tool_calls_per_episode": 0.6, "eval/truncation_rate": 0.08,
+         "eval/infra_failure_rate": 0.0} for after, step, ok in ends]}))
     run.store.add_event("gate", "gate entropy_floor: policy/entropy below the floor 0.3 for 3 consecutive step(s)",
                         stage="rl", step=steps - 1, payload={"gate": "entropy_floor"})
     loggers.close()

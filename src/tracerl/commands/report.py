@@ -1,5 +1,5 @@
-"""`tracerl report RUN_DIR [RUN_DIR ...] [--out DIR] [--smooth W]`: plots and an index.html readable
-offline in a browser; with several runs, one page overlaying them."""
+"""`tracerl report RUN_DIR [RUN_DIR ...] [--out DIR] [--smooth W]`: one self-contained index.html with
+interactive plots, readable offline in a browser; with several runs, one page overlaying them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from tracerl.errors import UserError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="write RUN_DIR/report/index.html and PNG plots; several runs: one overlay page")
+    p = sub.add_parser("report", help="write RUN_DIR/report/index.html (one offline file, interactive plots); several runs: one overlay page")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--out", default=None,
                    help="folder of the page (default RUN_DIR/report, or FIRST_RUN/report/compare for several runs)")

@@ -1,6 +1,6 @@
-"""The run report: PNG plots (matplotlib, Agg) and a self-contained report/index.html."""
+"""The run report: one self-contained, interactive HTML file (inline SVG plots drawn by assets/plot.js)."""
 
-from tracerl.eval.report.html import build_report
+from tracerl.eval.report.html import build_comparison, build_report
 from tracerl.eval.report.plots import FIGURES
 
-__all__ = ["FIGURES", "build_report"]
+__all__ = ["FIGURES", "build_comparison", "build_report"]

@@ -1,12 +1,12 @@
 """The report's per-environment part for runs over several environments (`envs:`): one figure per
-environment from its `domain/<env>/*` metrics, and the mixture table (target vs observed share).
+environment from its `domain/<env>/*` metrics (drawn with the others, `plots.figure_data`), and the
+mixture table (target vs observed share).
 
 A single-environment run records no `domain/*` metric, so this part is empty there.
 """
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 
@@ -19,7 +19,7 @@ def domain_names(series: Series) -> list[str]:
 
 
 def domain_figures(names: list[str]) -> list[Figure]:
-    return [Figure(f"domain_{n}.png", f"Environment {n}", (
+    return [Figure(f"domain_{n}", f"Environment {n}", (
         Panel("reward / success", (f"domain/{n}/reward", f"domain/{n}/success", f"eval/{n}/success")),
         Panel("rate", (f"domain/{n}/truncation", f"domain/{n}/tool_error_rate", f"domain/{n}/invalid_action_rate",
                        f"domain/{n}/zero_var_frac")),
@@ -68,38 +68,12 @@ MIXTURE_HEADER = ["environment", "target share", "observed share", "generated sh
                   "SFT demos", "SFT share", "held-out first", "held-out last"]
 
 
-def render_domain_figures(series: Series, out_dir: Path, names: list[str]) -> list[tuple[Figure, bool]]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from tracerl.eval.report.plots import _draw_panel
-
-    done = []
-    for spec in domain_figures(names):
-        fig, axes = plt.subplots(1, len(spec.panels), figsize=(4.4 * len(spec.panels), 3.2), squeeze=False)
-        recorded = [_draw_panel(ax, p, series) for ax, p in zip(axes[0], spec.panels)]
-        fig.tight_layout()
-        fig.savefig(out_dir / spec.file, dpi=90)
-        plt.close(fig)
-        done.append((spec, any(recorded)))
-    return done
-
-
-def domain_parts(run_path: Path, series: Series, out_dir: Path, table) -> list[str]:
-    """HTML parts: the mixture table, then one figure per environment (nothing for one environment)."""
+def mixture_section(run_path: Path, series: Series, table) -> str:
+    """The mixture table as HTML (nothing for a run over one environment); `table(header, rows)` renders it."""
     names = domain_names(series)
     if not names:
-        return []
-    out_dir.mkdir(parents=True, exist_ok=True)
-    parts = ["<h2>Environments</h2><div class='sub'>shares are means over RL steps; observed is after selection "
-             "(dynamic sampling, RoC), generated before it; reward mean/std per domain is the calibration check "
-             "(mixture.normalize_rewards rescales each domain by its std)</div>"
-             + table(MIXTURE_HEADER, mixture_rows(run_path, series, names))]
-    for spec, recorded in render_domain_figures(series, out_dir, names):
-        note = "" if recorded else ' <span class="missing">(not recorded in this run)</span>'
-        parts.append(f'<div class="fig"><h3>{html.escape(spec.title)}{note}</h3>'
-                     f'<img src="{spec.file}" alt="{html.escape(spec.title)}">'
-                     f'<div class="cap">{html.escape(spec.caption)}</div></div>')
-    return parts
+        return ""
+    return ("<h2>Environments</h2><div class='sub'>shares are means over RL steps; observed is after selection "
+            "(dynamic sampling, RoC), generated before it; reward mean/std per domain is the calibration check "
+            "(mixture.normalize_rewards rescales each domain by its std)</div>"
+            + table(MIXTURE_HEADER, mixture_rows(run_path, series, names)))

@@ -57,14 +57,15 @@ def breakdown_series(run_path: Path) -> Series:
 
 
 def sample_table(run_path: Path, *, steps: int = 8, chars: int = 240) -> list[dict[str, Any]]:
-    """Best and worst trajectory (by reward) of each of the last `steps` RL steps, text decoded."""
+    """Best and worst trajectory (by reward) of each environment in each of the last `steps` RL steps,
+    text decoded; the page filters them by environment, reward and terminal reason."""
     from tracerl.store import RunDir
     from tracerl.store.export import decode_parts, run_tokenizer
     from tracerl.contract import is_success
 
-    by_step: dict[int, list] = defaultdict(list)
+    by_step: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for _stage, step, t in _stored(run_path, TRAINING_STAGES):
-        by_step[step].append(t)
+        by_step[step][t.env_name].append(t)
     if not by_step:
         return []
     run = RunDir(run_path)
@@ -72,13 +73,14 @@ def sample_table(run_path: Path, *, steps: int = 8, chars: int = 240) -> list[di
     run.close()
     out = []
     for step in sorted(by_step)[-steps:]:
-        ranked = sorted(by_step[step], key=lambda t: t.reward)
-        picks = [("best", ranked[-1])] + ([("worst", ranked[0])] if len(ranked) > 1 else [])
-        for which, t in picks:
-            _, completion = decode_parts(t, tok)
-            text = " ".join(completion.split()) if tok is not None else f"[{t.num_action_tokens} action tokens]"
-            out.append({"step": step, "which": which, "reward": float(t.reward), "correct": is_success(t),
-                        "ending": t.terminal_reason.value if t.terminal_reason else "", "task": t.task_id,
-                        "trajectory": t.trajectory_id,
-                        "completion": text if len(text) <= chars else text[: chars - 1] + "…"})
+        for env in sorted(by_step[step]):
+            ranked = sorted(by_step[step][env], key=lambda t: t.reward)
+            picks = [("best", ranked[-1])] + ([("worst", ranked[0])] if len(ranked) > 1 else [])
+            for which, t in picks:
+                _, completion = decode_parts(t, tok)
+                text = " ".join(completion.split()) if tok is not None else f"[{t.num_action_tokens} action tokens]"
+                out.append({"step": step, "which": which, "env": env, "reward": float(t.reward),
+                            "correct": is_success(t), "ending": t.terminal_reason.value if t.terminal_reason else "",
+                            "task": t.task_id, "trajectory": t.trajectory_id,
+                            "completion": text if len(text) <= chars else text[: chars - 1] + "…"})
     return out

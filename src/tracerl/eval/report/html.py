@@ -1,7 +1,10 @@
-"""`build_report(run_dir)`: report/index.html (self-contained: inline CSS, relative PNGs) + plots.
+"""`build_report(run_dir)` and `build_comparison([run_a, run_b, ...])`: one self-contained HTML file.
 
-`build_report(run_a, others=[run_b, ...])` overlays several runs in one page (each series labelled
-by its run) and adds a table of their held-out results side by side.
+The page opens with the before/after table of held-out results and the verdict of every gate, then the
+interactive plots (assets/plot.js: SVG, hover, drag-to-zoom, run toggles; colour by run when several
+runs are compared), the sample episodes (filterable, assets/table.js), stored evaluations and events;
+the provenance (manifest hashes) is last, collapsed. CSS, scripts and data are inline: the file opens
+offline, with no network request.
 """
 
 from __future__ import annotations
@@ -9,28 +12,29 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from tracerl.eval.protocol import read_results
+from tracerl.eval.report.domains import domain_figures, domain_names, mixture_section
 from tracerl.eval.report.episodes import breakdown_series, sample_table
-from tracerl.eval.report.plots import RUN_SEP, render_figures
+from tracerl.eval.report.plots import FIGURES, figure_data
+from tracerl.eval.report.results import before_after, gate_verdicts
 from tracerl.eval.report.series import Series, last_values, load_series
 
-CSS = """
-body{font-family:-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px auto;max-width:1180px;color:#1d2330;background:#fff}
-h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;border-bottom:1px solid #dde;padding-bottom:4px;margin-top:28px}
-.sub{color:#667;font-size:13px}table{border-collapse:collapse;font-size:12.5px;margin:8px 0}
-td,th{border:1px solid #dde;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f3f5fa}
-td.num{text-align:right;font-variant-numeric:tabular-nums}.fig{margin:14px 0}.fig img{max-width:100%;border:1px solid #eee}
-.cap{font-size:12.5px;color:#445}.missing{color:#a60}.gate{background:#fdecea}code{font-size:12px}
-.cols{columns:2;column-gap:24px}
-"""
+RUN_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+               "#bcbd22", "#7f7f7f"]  # assets/plot.js draws run i in RUN_COLOURS[i % 10]
 
 SUMMARY_KEYS = ("code.commit", "code.dirty", "config_sha256", "model.path", "env.name", "env.revision",
                 "verifier.name", "verifier.revision", "tokenizer.tokenizer_sha256", "tokenizer.chat_template_sha256",
                 "tasks.train_sha256", "tasks.heldout_sha256", "truncation_policy", "seeds.run", "packages.tracerl",
                 "packages.torch", "hardware.platform", "hardware.cuda")
+
+
+def asset(name: str) -> str:
+    """The text of a file shipped in tracerl/eval/report/assets (package data)."""
+    return resources.files("tracerl.eval.report").joinpath("assets", name).read_text(encoding="utf-8")
 
 
 def _flatten(d: Any, prefix: str = "") -> list[tuple[str, str]]:
@@ -43,15 +47,17 @@ def _flatten(d: Any, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix[:-1], value if len(value) <= 160 else value[:157] + "...")]
 
 
-def _table(header: list[str], rows: list[list[Any]], cls: str = "") -> str:
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return f'<td class="num">{v:.6g}</td>'
-        return f"<td>{html.escape(str(v))}</td>"
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f'<td class="num">{v:.6g}</td>'
+    return "<td>–</td>" if v is None else f"<td>{html.escape(str(v))}</td>"
 
+
+def _table(header: list[str], rows: list[list[Any]], attrs: str = "", row_attrs: list[str] | None = None) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join(f'<tr class="{cls}">' + "".join(cell(v) for v in r) + "</tr>" for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    body = "".join(f"<tr{(' ' + row_attrs[i]) if row_attrs else ''}>" + "".join(_cell(v) for v in r) + "</tr>"
+                   for i, r in enumerate(rows))
+    return f"<table{(' ' + attrs) if attrs else ''}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _events(run_path: Path) -> list[dict[str, Any]]:
@@ -80,110 +86,133 @@ def run_series(run_path: Path) -> Series:
     return load_series(run_path) | breakdown_series(run_path)
 
 
-def _eval_summary(run_path: Path) -> list[dict[str, Any]]:
-    summary = run_path / "summary.json"
-    try:
-        return json.loads(summary.read_text()).get("evals", []) if summary.exists() else []
-    except json.JSONDecodeError:
-        return []
-
-
-def build_comparison(run_dirs: list[str | Path], out: str | Path | None = None, *, smooth: float = 0.0) -> Path:
-    """One page overlaying several runs; returns the path of its index.html."""
-    paths = [Path(r) for r in run_dirs]
-    out = Path(out) if out else paths[0] / "report" / "compare"
+def _run_names(paths: list[Path]) -> list[str]:
     names = [p.name for p in paths]
     if len(set(names)) < len(names):  # two runs of one name: tell them apart by their parent folder
         names = [f"{p.parent.name}/{p.name}" for p in paths]
-    series: Series = {}
+    return names
+
+
+def _samples_section(names: list[str], paths: list[Path]) -> str:
+    rows = [(name, r) for name, path in zip(names, paths) for r in sample_table(path)]
+    if not rows:
+        return ""
+    several = len(names) > 1
+
+    def select(id_: str, label: str, values: list[str]) -> str:
+        opts = "".join(f'<option value="{html.escape(v)}">{html.escape(v)}</option>' for v in values)
+        return f'<label>{label} <select id="{id_}"><option value="">all</option>{opts}</select></label>'
+
+    filters = (select("f-run", "run", names) if several else "") \
+        + select("f-env", "environment", sorted({r["env"] for _, r in rows})) \
+        + select("f-ending", "terminal reason", sorted({r["ending"] for _, r in rows})) \
+        + '<label>reward ≥ <input id="f-rmin" type="number" step="any"></label>' \
+        + '<label>reward ≤ <input id="f-rmax" type="number" step="any"></label>' \
+        + '<button id="f-reset" type="button">clear</button><span id="f-count" class="sub"></span>'
+    header = (["run"] if several else []) + ["step", "", "environment", "reward", "correct", "ending", "task",
+                                             "trajectory", "completion"]
+    table_rows = [([name] if several else []) + [r["step"], r["which"], r["env"], r["reward"],
+                                                 "yes" if r["correct"] else "no", r["ending"], r["task"],
+                                                 r["trajectory"], r["completion"]] for name, r in rows]
+    attrs = [f'data-run="{html.escape(name)}" data-env="{html.escape(r["env"])}" data-reward="{r["reward"]!r}" '
+             f'data-ending="{html.escape(r["ending"])}"' for name, r in rows]
+    return ("<section id='samples-section'><h2>Sample episodes</h2><div class='sub'>the best and the worst episode "
+            "(by reward) of each environment in each of the last RL steps; <code>tracerl inspect RUN --trajectory ID"
+            f"</code> shows one in full</div><div class='filters'>{filters}</div>"
+            + _table(header, table_rows, 'id="samples"', attrs) + "</section>")
+
+
+def _provenance(names: list[str], manifests: list[dict]) -> str:
+    parts = []
+    for name, manifest in zip(names, manifests):
+        flat = _flatten(manifest)
+        parts.append(f"<h3>{html.escape(name)}</h3>")
+        if not flat:
+            parts.append('<p class="missing">manifest.json not recorded</p>')
+            continue
+        chosen = [r for r in flat if r[0] in SUMMARY_KEYS] or flat[:12]
+        parts.append(_table(["key", "value"], [list(r) for r in chosen])
+                     + f"<details><summary>full manifest: {len(flat)} entries</summary>"
+                     + _table(["key", "value"], [list(r) for r in flat]) + "</details>")
+    return ("<details id='provenance'><summary>Provenance: code, config, data, tokenizer and environment hashes"
+            "</summary>" + "".join(parts) + "</details>")
+
+
+def build_page(paths: list[Path], out: Path, *, smooth: float = 0.0) -> Path:
+    """Write out/index.html for one run or several (overlaid); returns its path."""
+    names = _run_names(paths)
+    series = [run_series(p) for p in paths]
+    events = [_events(p) for p in paths]
     labels: dict[str, str] = {}
-    for name, path in zip(names, paths):
-        for (stage, metric), pts in run_series(path).items():
-            series[(f"{name}{RUN_SEP}{stage}", metric)] = pts
-        labels |= protocol_labels(path)
-    figures = render_figures(series, out, labels=labels, smooth=smooth)
-    parts = [f"<h1>tracerl comparison — {html.escape(' vs '.join(names))}</h1>",
-             f'<div class="sub">written {_dt.datetime.now().isoformat(timespec="seconds")}; each series is '
-             "labelled by its run; held-out numbers compare only within one protocol</div>"]
-    rows = [[name, e.get("after", ""), e.get("step", ""), e.get("eval/success", float("nan")),
-             labels.get(e.get("protocol", ""), e.get("protocol", ""))]
-            for name, path in zip(names, paths) for e in _eval_summary(path)]
-    if rows:
-        parts.append("<h2>Held-out success</h2>" + _table(["run", "after", "step", "success", "protocol"], rows))
-    parts += _figure_html(figures)
-    return _write_page(out, " vs ".join(names), parts)
-
-
-def _figure_html(figures) -> list[str]:
-    parts = ["<h2>Plots</h2>"]
-    for spec, recorded in figures:
-        note = "" if recorded else ' <span class="missing">(not recorded in this run)</span>'
-        parts.append(f'<div class="fig"><h3>{html.escape(spec.title)}{note}</h3>'
-                     f'<img src="{spec.file}" alt="{html.escape(spec.title)}">'
-                     f'<div class="cap">{html.escape(spec.caption)}</div></div>')
-    return parts
-
-
-def _write_page(out: Path, title: str, parts: list[str]) -> Path:
-    page = ("<!doctype html><html><head><meta charset='utf-8'><title>tracerl report — "
-            f"{html.escape(title)}</title><style>{CSS}</style></head><body>"
-            + "\n".join(parts) + "</body></html>")
+    for p in paths:
+        labels |= protocol_labels(p)
+    envs = sorted({n for s in series for n in domain_names(s)})
+    figures, missing = figure_data(FIGURES + tuple(domain_figures(envs)), series, labels=labels, smooth=smooth)
+    data = {"runs": [{"name": n, "color": RUN_COLOURS[i % len(RUN_COLOURS)]} for i, n in enumerate(names)],
+            "colorBy": "run" if len(paths) > 1 else "series", "figures": figures}
+    title = " vs ".join(names)
+    kind = "comparison" if len(paths) > 1 else "run report"
+    runs = list(zip(names, paths))
+    ba_header, ba_rows = before_after(runs, labels)
+    g_header, g_rows = gate_verdicts(list(zip(names, paths, series, events)))
+    g_attrs = [f'class="verdict-{"held" if r[-1] == "held" else "tripped"}"' for r in g_rows]
+    parts = [f"<header><h1>tracerl {kind} — {html.escape(title)}</h1><div class='sub'>written "
+             f"{_dt.datetime.now().isoformat(timespec='seconds')} from {html.escape(', '.join(map(str, paths)))}; "
+             f"{sum(len(s) for s in series)} metric series; held-out numbers compare only within one protocol</div>"
+             "</header><main>",
+             "<section id='before-after'><h2>Held-out success, before and after</h2>"
+             + (_table(ba_header, ba_rows, 'id="before-after-table"') if ba_rows else
+                "<p class='missing'>no held-out evaluation recorded (summary.json has none and no "
+                "<code>tracerl eval</code> result is stored)</p>") + "</section>",
+             "<section id='gates'><h2>Gates</h2>"
+             + (_table(g_header, g_rows, 'id="gates-table"', g_attrs) if g_rows else
+                "<p class='sub'>no gate configured (recipe <code>gates:</code>) and none tripped</p>") + "</section>",
+             "<section id='plots-section'><h2>Plots</h2><div class='sub'>hover for values; drag across a panel to "
+             "zoom its steps, double-click or <i>reset zoom</i> to go back; the buttons below hide or show a run in "
+             "every panel, a legend entry a series in its panel</div><div id='run-toggles'></div><div id='plots'>"
+             "</div><noscript><p class='missing'>the plots need JavaScript</p></noscript>"
+             + (f"<p class='sub'>not recorded: {html.escape(', '.join(missing))}</p>" if missing else "")
+             + "</section>"]
+    parts += [mixture_section(p, s, _table) for p, s in zip(paths, series)]
+    parts.append(_samples_section(names, paths))
+    evals = [([name] if len(paths) > 1 else []) + [labels.get(e["protocol"].get("column", ""), ""),
+                                                    e["protocol"].get("column", ""),
+                                                    e["protocol"].get("checkpoint_sha256", "")[:12], k, v]
+             for name, p in runs for e in read_results(p) for k, v in sorted(e["results"].items())]
+    if evals:
+        parts.append("<section id='evaluations'><h2>Stored evaluations</h2><div class='sub'>one protocol column per "
+                     "procedure; numbers from different columns are not comparable</div>"
+                     + _table((["run"] if len(paths) > 1 else []) + ["protocol", "column", "checkpoint", "metric",
+                                                                     "value"], evals) + "</section>")
+    ev_rows = [([name] if len(paths) > 1 else []) + [e["kind"], e["stage"], e["step"], e["message"]]
+               for name, evs in zip(names, events) for e in evs[-200:]]
+    if ev_rows:
+        parts.append(f"<details id='events'><summary>Events ({len(ev_rows)})</summary>" + _table(
+            (["run"] if len(paths) > 1 else []) + ["kind", "stage", "step", "message"], ev_rows) + "</details>")
+    last = [([name] if len(paths) > 1 else []) + list(r) for name, s in zip(names, series) for r in last_values(s)]
+    parts.append("<details id='last-values'><summary>Last value of every metric</summary><div class='cols'>"
+                 + _table((["run"] if len(paths) > 1 else []) + ["stage", "metric", "step", "value"], last)
+                 + "</div></details>")
+    manifests = [json.loads((p / "manifest.json").read_text()) if (p / "manifest.json").exists() else {} for p in paths]
+    parts.append(_provenance(names, manifests) + "</main>")
+    script_data = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    page = ("<!doctype html><html lang='en'><head><meta charset='utf-8'><title>tracerl report — "
+            f"{html.escape(title)}</title><style>{asset('report.css')}</style></head><body>"
+            + "\n".join(p for p in parts if p)
+            + f"\n<script type='application/json' id='report-data'>{script_data}</script>"
+            + f"\n<script>{asset('plot.js')}</script>\n<script>{asset('table.js')}</script></body></html>")
     out.mkdir(parents=True, exist_ok=True)
     index = out / "index.html"
-    index.write_text(page)
+    index.write_text(page, encoding="utf-8")
     return index
 
 
 def build_report(run_dir: str | Path, *, smooth: float = 0.0) -> Path:
-    """Render the run's report; returns the path of index.html."""
-    run_path = Path(run_dir)
-    out = run_path / "report"
-    series = run_series(run_path)
-    labels = protocol_labels(run_path)
-    figures = render_figures(series, out, labels=labels, smooth=smooth)
-    manifest = json.loads((run_path / "manifest.json").read_text()) if (run_path / "manifest.json").exists() else {}
-    events = _events(run_path)
-    evals = read_results(run_path)
+    """Render one run's report to RUN_DIR/report/index.html; returns its path."""
+    return build_page([Path(run_dir)], Path(run_dir) / "report", smooth=smooth)
 
-    parts = [f"<h1>tracerl run report — {html.escape(run_path.name)}</h1>",
-             f'<div class="sub">written {_dt.datetime.now().isoformat(timespec="seconds")} from '
-             f"{html.escape(str(run_path))}; {len(series)} metric series</div>"]
-    gates = [e for e in events if e["kind"] == "gate"]
-    if gates:
-        parts.append("<h2>Gate tripped</h2>" + _table(
-            ["stage", "step", "message"], [[e["stage"], e["step"], e["message"]] for e in gates], "gate"))
-    flat = _flatten(manifest)
-    parts.append("<h2>Manifest summary</h2>")
-    if flat:
-        chosen = [r for r in flat if r[0] in SUMMARY_KEYS] or flat[:12]
-        parts.append(_table(["key", "value"], [list(r) for r in chosen]))
-    else:
-        parts.append('<p class="missing">manifest.json not recorded</p>')
-    parts += _figure_html(figures)
-    from tracerl.eval.report.domains import domain_parts
 
-    parts += domain_parts(run_path, series, out, _table)  # runs over several environments: panels + mixture table
-    samples = sample_table(run_path)
-    if samples:
-        parts.append("<h2>Sample trajectories</h2><div class='sub'>the best and the worst episode (by reward) of "
-                     "each of the last RL steps; <code>tracerl inspect RUN --trajectory ID</code> shows one in full</div>"
-                     + _table(["step", "", "reward", "correct", "ending", "task", "trajectory", "completion"],
-                              [[r["step"], r["which"], r["reward"], "yes" if r["correct"] else "no", r["ending"],
-                                r["task"], r["trajectory"], r["completion"]] for r in samples]))
-    if evals:
-        rows = [[labels.get(e["protocol"].get("column", ""), ""), e["protocol"].get("column", ""),
-                 e["protocol"].get("checkpoint_sha256", "")[:12], k, v]
-                for e in evals for k, v in sorted(e["results"].items())]
-        parts.append("<h2>Stored evaluations</h2><div class='sub'>one protocol column per procedure; "
-                     "numbers from different columns are not comparable</div>"
-                     + _table(["protocol", "column", "checkpoint", "metric", "value"], rows))
-    if events:
-        parts.append("<h2>Events</h2>" + _table(
-            ["kind", "stage", "step", "message"], [[e["kind"], e["stage"], e["step"], e["message"]] for e in events[-200:]]))
-    parts.append("<h2>Last value of every metric</h2><details><summary>show table</summary>"
-                 + '<div class="cols">' + _table(["stage", "metric", "step", "value"], [list(r) for r in last_values(series)])
-                 + "</div></details>")
-    if flat:
-        parts.append(f"<h2>Full manifest</h2><details><summary>{len(flat)} entries</summary>"
-                     + _table(["key", "value"], [list(r) for r in flat]) + "</details>")
-    return _write_page(out, run_path.name, parts)
+def build_comparison(run_dirs: list[str | Path], out: str | Path | None = None, *, smooth: float = 0.0) -> Path:
+    """One page overlaying several runs (default FIRST_RUN/report/compare/index.html); returns its path."""
+    paths = [Path(r) for r in run_dirs]
+    return build_page(paths, Path(out) if out else paths[0] / "report" / "compare", smooth=smooth)
