@@ -37,6 +37,13 @@ def resolve_device(spec: str | None, *, default: str = "auto", what: str = "mode
     return dev
 
 
+def configure_torch(threads: int, *, deterministic: bool, device: torch.device) -> None:
+    """The process's intra-op threads, and torch's deterministic algorithms when `deterministic` and the
+    policy is on the CPU (`run.deterministic`: the same seed gives the same weights at any thread count)."""
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(deterministic and device.type == "cpu", warn_only=True)
+
+
 def model_device(model) -> torch.device:
     """The device of the model's first parameter (cpu for a model without parameters)."""
     for p in model.parameters():

@@ -26,8 +26,9 @@ from tracerl.store import RunDir
 from tracerl.telemetry import MetricLoggers
 from tracerl.rollout.faults import wrap_engine
 from tracerl.sandbox.runtime import configure as configure_sandbox
-from tracerl.models.device import model_device
-from tracerl.train.checkpoint import load_reference, save_checkpoint
+from tracerl.models.device import configure_torch, model_device, resolve_device
+from tracerl.sandbox import cgroups as sandbox_cgroups
+from tracerl.train.checkpoint import load_checkpoint_model, load_reference, restore_rng, save_checkpoint
 from tracerl.train.model_setup import attach_lora_if_due, check_model_setup, place_policy
 from tracerl.train.demos import demo_texts
 from tracerl.run.eval_stage import HeldoutEval
@@ -39,17 +40,23 @@ from tracerl.run.common import RunResult, _print_table, _quiet_transformers, _re
 from tracerl.run.envs import RunEnvs, expert_kwargs  # noqa: F401 (expert_kwargs: this module's API)
 from tracerl.run.manifest import run_manifest
 from tracerl.run.sft_stage import load_sft_data, run_sft_stage
+from tracerl.envs.dataset import install as install_dataset_env
 
 
 def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult:
     """Run every stage of `recipe`; with `resume`, continue that run from its latest RL checkpoint."""
+    if resume is None and recipe.run.dir:
+        RunDir.refuse_existing(recipe.run.dir)  # an existing run is continued with --resume, never written over
+    sandbox_cgroups.sweep_stale()  # the sandbox groups of trainers that were killed
     if recipe.run.backend == "ray" and not ray_backend.active():  # rollouts in Ray actors: rollout/ray_backend.py
         return ray_backend.run_on_ray(run_recipe, recipe, resume=resume)
     t_start = time.time()
-    torch.set_num_threads(recipe.run.threads)
+    configure_torch(recipe.run.threads, deterministic=recipe.run.deterministic,  # run.deterministic
+                    device=resolve_device(recipe.model.device))
     torch.manual_seed(recipe.run.seed)
     _quiet_transformers()
     stages = list(recipe.stages)
+    reward_funcs = install_dataset_env(recipe)  # a reward: recipe's functions, checked before anything is written
     grader, episodes = _preflight(recipe, stages)
     run, ckpt, stages, model, tokenizer, rl_state, file_demos = _open_run(recipe, resume, stages)
     config_yaml = yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)
@@ -60,7 +67,8 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     demos, sft_counts = [], {}
     if resume is None and file_demos is not None:
         demos = file_demos
-    elif resume is None and (("sft" in stages and recipe.sft.source == "expert") or recipe.model.path is None):
+    elif resume is None and recipe.reward is None and (("sft" in stages and recipe.sft.source == "expert")
+                                                       or recipe.model.path is None):
         demos, sft_counts = envs.collect_demos(recipe, say=_say)
     if resume is None and recipe.model.path is None:
         model, tokenizer = _build_tiny_model(recipe, run, envs, demos)
@@ -69,6 +77,10 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     if resume is None:
         run.write_manifest(run_manifest(recipe, envs, config_yaml=config_yaml, hashes=hashes, grader=grader,
                                         sft_counts=sft_counts))
+        if reward_funcs is not None:  # each function: its component, target and source hash
+            run.store.add_event("reward_funcs", f"reward functions {', '.join(reward_funcs.components)}", stage="rl",
+                                step=0, payload={"verifier": reward_funcs.name, "revision": reward_funcs.revision,
+                                                 "funcs": reward_funcs.manifest()})
         if envs.mixed and sft_counts:
             run.store.add_event("sft_mixture", "SFT demonstrations per environment", stage="sft", step=0,
                                 payload={n: {"demos": c, "share": c / max(1, len(demos))} for n, c in sft_counts.items()})
@@ -137,6 +149,8 @@ def _build_tiny_model(recipe: Recipe, run, envs: RunEnvs, demos):
     """The built-in tiny model and its tokenizer, trained on the demonstrations and held-out prompts."""
     tiny, t0 = recipe.model.tiny, time.time()
     corpus = demo_texts(demos) + envs.heldout_prompts()
+    if not demos:  # no SFT examples (a reward: recipe without sft.data): the training rows name the vocabulary
+        corpus += [f"{t.prompt} {t.answer}" for t in envs.train_tasks()]
     model_dir = build_tiny(run.path / "base_model", corpus, tags=envs.special_tokens(), vocab_size=tiny.vocab_size,
                            hidden_size=tiny.hidden_size, num_layers=tiny.num_layers, num_heads=tiny.num_heads,
                            intermediate_size=tiny.intermediate_size, max_positions=tiny.max_positions,
@@ -171,10 +185,12 @@ def _open_run(recipe: Recipe, resume, stages: list[str]):
     model = tokenizer = rl_state = file_demos = ckpt = None
     if resume is not None:
         run = RunDir(resume)
+        for name in run.sweep_leftovers():  # half-written checkpoints of the killed process
+            _say(f"removed the interrupted write {name}")
         ckpt, saved, stages = _resume_point(run, recipe)
-        model, tokenizer = load_model_and_tokenizer(ckpt, dtype=recipe.model.dtype)  # a LoRA one: base + adapter
-        torch.set_rng_state(saved["torch_rng"])
-        rl_state = RLState(**{k: saved[k] for k in RLState.__dataclass_fields__ if k in saved})
+        model, tokenizer = load_checkpoint_model(ckpt, dtype=recipe.model.dtype)  # verified; a LoRA one: base + adapter
+        restore_rng(saved)
+        rl_state = RLState.from_dict(saved)
         _say(f"resuming {run.path} from {ckpt.name} (policy version {rl_state.policy_version})")
     else:
         file_demos = load_sft_data(recipe)  # a bad conversations file fails before anything is written

@@ -77,8 +77,9 @@ class _Rank:
         raise ValueError(f"unknown learner command {op!r}")
 
 
-def _worker(rank: int, world: int, port: int, threads: int) -> None:
+def _worker(rank: int, world: int, port: int, threads: int, deterministic: bool = False) -> None:
     try:
+        torch.use_deterministic_algorithms(deterministic, warn_only=True)  # as rank 0's process (run.deterministic)
         me = _Rank(init_ranks(rank, world, port, threads))
         while True:
             msg = [None]
@@ -99,7 +100,8 @@ class LearnerGroup:
     def __init__(self, ranks: int, threads: int):
         self.ranks, port = ranks, free_port()
         ctx = mp.get_context("spawn")
-        self.procs = [ctx.Process(target=_worker, args=(r, ranks, port, threads), daemon=True)
+        self.procs = [ctx.Process(target=_worker, args=(r, ranks, port, threads,
+                                                              torch.are_deterministic_algorithms_enabled()), daemon=True)
                       for r in range(1, ranks)]
         for p in self.procs:
             p.start()
