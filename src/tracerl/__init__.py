@@ -8,3 +8,16 @@ import os as _os
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """`tracerl.train(recipe, **overrides)` and `tracerl.Run` (tracerl/api.py), imported on first use."""
+    if name == "train":
+        import tracerl.train as package  # callable: it runs tracerl.api.train
+
+        return package
+    if name == "Run":
+        from tracerl.api import Run
+
+        return Run
+    raise AttributeError(f"module 'tracerl' has no attribute {name!r}")

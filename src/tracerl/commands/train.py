@@ -13,34 +13,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from tracerl.config import load_recipe
+    from tracerl.api import train
 
     recipe_arg, overrides = args.recipe, list(args.overrides)
     if "=" in recipe_arg:  # `tracerl train rl.steps=5`: an override, not a recipe name
         overrides.insert(0, recipe_arg)
         recipe_arg = "default"
-    if args.resume:
-        from pathlib import Path
-
-        from tracerl.store import RunDir
-
-        recipe_arg = str(RunDir(args.resume).config_path)  # the run's own resolved config
-        if not Path(recipe_arg).exists():
-            from tracerl.errors import UserError
-
-            raise UserError(f"{args.resume} has no config.yaml; it cannot be resumed")
-    recipe = load_recipe(recipe_arg, overrides)  # fails before anything runs
-    from tracerl.envs import get_env
-    from tracerl.tasks.sources import check_sources
-
-    # a missing, empty or all-bad task file (or an unknown generator env): before any run dir
-    check_sources(recipe.tasks.sources, generator_of=get_env)
-
-    get_env(recipe.env.name)  # an unknown env (a forgotten --import) fails before the run directory exists
-
-    from tracerl.run.pipeline import run_recipe
-
-    result = run_recipe(recipe, resume=args.resume)
+    result = train(recipe_arg, *overrides, resume=args.resume)  # tracerl/api.py: every check, then the run
     print(next_line(result.run_dir))
     return 0
 

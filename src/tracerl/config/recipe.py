@@ -25,6 +25,7 @@ from tracerl.config.learner import LearnerConfig
 from tracerl.config.loggers import LoggersConfig
 from tracerl.config.model import ModelConfig
 from tracerl.config.ray import RayConfig, check_ray
+from tracerl.config.reward import RewardConfig, check_reward
 from tracerl.config.rl import RLConfig
 from tracerl.config.roles import RolesConfig
 from tracerl.config.run import RunConfig
@@ -78,6 +79,9 @@ class Recipe(Cfg):
     """Learner processes of the RL stage (`ranks`: FSDP2-sharded policy over N gloo ranks; 1: in-process)."""
     ray: RayConfig = Field(default_factory=RayConfig)
     """Ray runtime and the rollout actors' resources (with run.backend: ray; docs/ray.md)."""
+    reward: RewardConfig | None = None
+    """Your own reward functions over the rows of tasks.sources (config/reward.py): the run's environment is then
+    the single-turn `dataset` one; null: the environment's own verifier."""
 
     @model_validator(mode="after")
     def _stage_steps(self) -> Recipe:
@@ -90,7 +94,7 @@ class Recipe(Cfg):
         check_sft_source(self)
         if "faults" in self.eval.slices and not self.faults.active:
             raise ValueError("eval.slices lists faults but no fault rate is set; set e.g. faults.tool_crash=0.1 or drop the slice")
-        problem = check_envs(self) or check_mixture(self) or check_ray(self) or combination_problem(self)
+        problem = check_reward(self) or check_envs(self) or check_mixture(self) or check_ray(self) or combination_problem(self)
         if problem:
             raise ValueError(problem)
         if "rl" in self.stages and self.sampling.temperature <= 0:

@@ -34,6 +34,10 @@ class TaskSourceConfig(Cfg):
         None, description="Source revision of rows that do not declare one; defaults to the file's content hash.")
     field_map: dict[str, str] = Field(
         default_factory=dict, description="Renames columns to schema fields before validation, e.g. {question: prompt}.")
+    extra_columns: Literal["error", "metadata"] = Field(
+        "error", description="Columns that are not schema fields (after field_map): error makes the row bad; metadata "
+                             "keeps them under the task's metadata. Unset in a reward: recipe, it is metadata there, so every column reaches "
+                             "the reward functions.")
 
     @model_validator(mode="after")
     def _resolve_kind(self) -> "TaskSourceConfig":

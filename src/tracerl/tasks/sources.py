@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from tracerl.contract.task import Task, tasks_sha256
 from tracerl.errors import UserError
 from tracerl.config.tasks import TaskSourceConfig
-from tracerl.tasks.schema import UNKNOWN_LICENSE, RowDefaults, RowError, RowProblem, row_to_task
+from tracerl.tasks.schema import FIELDS, UNKNOWN_LICENSE, RowDefaults, RowError, RowProblem, row_to_task
 
 
 class TaskGenerator(Protocol):
@@ -62,8 +62,10 @@ class LoadedSource:
 
 
 def validate_rows(rows: Iterable[tuple[int, Any]], defaults: RowDefaults, location: str, unit: str,
-                  field_map: Mapping[str, str] | None = None) -> tuple[list[Task], list[RowError]]:
-    """Validate (row number, row) pairs; duplicate ids are bad rows that name the first occurrence."""
+                  field_map: Mapping[str, str] | None = None,
+                  extra_columns: str = "error") -> tuple[list[Task], list[RowError]]:
+    """Validate (row number, row) pairs; duplicate ids are bad rows that name the first occurrence.
+    `extra_columns: metadata` moves columns that are not schema fields under the row's `metadata`."""
     tasks: list[Task] = []
     errors: list[RowError] = []
     first_seen: dict[str, int] = {}
@@ -73,6 +75,8 @@ def validate_rows(rows: Iterable[tuple[int, Any]], defaults: RowDefaults, locati
             continue
         if field_map and isinstance(row, Mapping):
             row = {field_map.get(k, k): v for k, v in row.items()}
+        if extra_columns == "metadata" and isinstance(row, Mapping):
+            row = _extras_to_metadata(row)
         try:
             task = row_to_task(row, defaults)
         except RowProblem as err:
@@ -85,6 +89,18 @@ def validate_rows(rows: Iterable[tuple[int, Any]], defaults: RowDefaults, locati
         tasks.append(task)
     _warn_unknown_license(location, tasks)
     return tasks, errors
+
+
+def _extras_to_metadata(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row with every non-schema column under `metadata` (a column named like a metadata key wins)."""
+    extras = {k: v for k, v in row.items() if k not in FIELDS}
+    if not extras:
+        return dict(row)
+    meta = row.get("metadata")
+    meta = dict(meta) if isinstance(meta, Mapping) else ({} if meta is None else meta)
+    if isinstance(meta, dict):
+        meta = {**meta, **extras}
+    return {**{k: v for k, v in row.items() if k in FIELDS}, "metadata": meta}
 
 
 _warned_license: set[str] = set()
@@ -132,13 +148,18 @@ def load_jsonl(cfg: TaskSourceConfig) -> LoadedSource:
     data = _read_bytes(path)
     digest = hashlib.sha256(data).hexdigest()
     name = cfg.name or path.stem
-    tasks, errors = validate_rows(_jsonl_rows(data, str(path)), _defaults(cfg, name, digest), str(path), "line", cfg.field_map)
+    tasks, errors = validate_rows(_jsonl_rows(data, str(path)), _defaults(cfg, name, digest), str(path), "line",
+                                  cfg.field_map, cfg.extra_columns)
     return LoadedSource(name, "jsonl", str(path), tasks, errors, digest)
 
 
 def load_parquet(cfg: TaskSourceConfig) -> LoadedSource:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UserError(f"{cfg.path!r} is a Parquet file and reading one needs pyarrow, which is not installed; "
+                        "pip install pyarrow, or convert the file to JSONL") from None
 
     path = Path(cfg.path)
     data = _read_bytes(path)
@@ -149,7 +170,7 @@ def load_parquet(cfg: TaskSourceConfig) -> LoadedSource:
         raise UserError(f"{str(path)!r} is not a readable Parquet file ({err}); re-export it") from None
     name = cfg.name or path.stem
     rows = enumerate(table.to_pylist(), start=1)
-    tasks, errors = validate_rows(rows, _defaults(cfg, name, digest), str(path), "row", cfg.field_map)
+    tasks, errors = validate_rows(rows, _defaults(cfg, name, digest), str(path), "row", cfg.field_map, cfg.extra_columns)
     return LoadedSource(name, "parquet", str(path), tasks, errors, digest)
 
 
@@ -170,7 +191,11 @@ def _saved_dataset_dir(path: Path, split: str | None) -> Path:
 
 def _read_arrow_rows(split_dir: Path) -> tuple[list[dict[str, Any]], str]:
     """Rows and content hash of a saved dataset split, read with pyarrow alone."""
-    import pyarrow as pa
+    try:
+        import pyarrow as pa
+    except ImportError:
+        raise UserError(f"{str(split_dir)!r} is a saved dataset and reading one needs pyarrow (or the datasets "
+                        "package), which is not installed; pip install pyarrow") from None
 
     state = json.loads((split_dir / "state.json").read_text())
     h = hashlib.sha256()
@@ -199,7 +224,7 @@ def load_hf(cfg: TaskSourceConfig) -> LoadedSource:
     if datasets is not None:
         rows = list(datasets.load_from_disk(str(split_dir)))
     name = cfg.name or path.name
-    tasks, errors = validate_rows(enumerate(rows, start=1), _defaults(cfg, name, digest), str(split_dir), "row", cfg.field_map)
+    tasks, errors = validate_rows(enumerate(rows, start=1), _defaults(cfg, name, digest), str(split_dir), "row", cfg.field_map, cfg.extra_columns)
     return LoadedSource(name, "hf", str(split_dir), tasks, errors, digest)
 
 

@@ -1,0 +1,111 @@
+"""`dataset`: one-turn episodes over rows of task files, scored by a recipe's own reward functions.
+
+A recipe with a `reward:` section (config/reward.py) trains on this environment: `reset` renders the
+row's prompt (a string becomes the user message, after `reward.system_prompt` when set; a list of
+messages is used as it is), the policy writes one completion, and `step` scores it with every
+function of `reward.funcs` through the registered verifier `dataset.reward_funcs`
+(verifiers/reward_funcs.py), so each function is a named component with the function's source hash
+in the verifier revision. A function that returned None for the row adds nothing and is named in
+`verifier_output["not_applicable"]`; a call that timed out, raised or returned garbage ends the
+episode as `infra_failure` with the reason in `verifier_output["infra"]`.
+
+`install(recipe)` resolves the functions, checks their signatures against the rows' columns and
+registers the environment and its verifier for this process; `run_recipe` calls it first, so an
+unknown module or a wrong signature fails before any run directory or rollout. There is no scripted
+expert: SFT reads a conversations file (`sft.data`) or is left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+from tracerl.config.reward import DATASET_ENV
+from tracerl.contract.roles import TerminalReason
+from tracerl.contract.task import Task
+from tracerl.envs.base import EnvSpec, Message, Step, register_env
+from tracerl.errors import UserError
+from tracerl.verifiers.reward_funcs import (VERIFIER_NAME, RewardCallError, RewardFuncsVerifier, check_columns,
+                                            resolve_funcs, row_columns)
+from tracerl.verifiers.registry import register_verifier
+
+REVISION = "dataset-env-1"
+
+
+class DatasetEnv:
+    """One row, one completion, the reward functions' scores."""
+
+    name = DATASET_ENV
+    revision = REVISION
+
+    def __init__(self, verifier: RewardFuncsVerifier, system_prompt: str | None = None):
+        self.verifier, self.system_prompt = verifier, system_prompt
+        self.task: Task | None = None
+        self.reply: str | None = None
+
+    def reset(self, task: Task, seed: int) -> list[Message]:
+        self.task, self.reply = task, None
+        if isinstance(task.prompt, list):
+            return [dict(m) for m in task.prompt]
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return [*system, {"role": "user", "content": str(task.prompt)}]
+
+    def step(self, action_text: str) -> Step:
+        self.reply = action_text
+        ident = {"verifier": self.verifier.name, "verifier_revision": self.verifier.revision}
+        try:
+            comps, raw = self.verifier.score(self.task, action_text)
+        except RewardCallError as err:  # an infrastructure fault of these rows, never a reward of 0
+            return Step(terminated=True, terminal_reason=TerminalReason.INFRA_FAILURE, info={"infra": str(err), **ident})
+        return Step(terminated=True, terminal_reason=TerminalReason.EOS, reward_components=comps, info={**raw, **ident})
+
+    def state_hash(self) -> str:
+        key = (self.task.id if self.task else None, self.reply)
+        return hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+
+
+def _no_expert(task, observations, rng, **kwargs) -> str:
+    raise UserError("a reward: recipe has no scripted expert; set sft.data to a JSONL of conversations or drop the sft stage")
+
+
+def _loaded_tasks(recipe) -> list[Task]:
+    from tracerl.tasks.sources import load_source
+
+    return [t for cfg in recipe.tasks.sources for t in load_source(cfg).tasks]
+
+
+def install(recipe, search: Sequence[str | Path] = ()) -> RewardFuncsVerifier | None:
+    """Resolve `recipe.reward`'s functions (files next to the recipe: `search`, then the cwd), check them
+    against the rows' columns, and register the `dataset` environment and its verifier. The resolved
+    targets (a file's absolute path) replace `reward.funcs`, so the run's config.yaml names what ran.
+    Returns the verifier, or None for a recipe without `reward:`."""
+    cfg = recipe.reward
+    if cfg is None:
+        return None
+    funcs = resolve_funcs(cfg.funcs, search)
+    tasks = _loaded_tasks(recipe)
+    check_columns(funcs, list(row_columns(tasks)) if tasks else ["answer"])
+    heldout = [t for t in tasks if t.split == "heldout"]
+    if not heldout and ("eval" in recipe.stages or recipe.rl.eval_every):
+        raise UserError("the reward: recipe evaluates on held-out rows, but no row of tasks.sources has split: heldout; "
+                        "mark some rows `\"split\": \"heldout\"` or add a source with split: heldout")
+    verifier = RewardFuncsVerifier(funcs, timeout_s=cfg.timeout_s, prompt_of=lambda t: t.prompt)
+    register_verifier(VERIFIER_NAME, lambda: verifier, replace=True)
+    system = cfg.system_prompt
+
+    def generate(split: str, n: int, seed: int = 0, difficulty=None) -> list[Task]:
+        return [t for t in tasks if t.split == split][:n]  # only reached when a pool lacks that split
+
+    register_env(EnvSpec(
+        name=DATASET_ENV, revision=REVISION, make=lambda: DatasetEnv(verifier, system), generate=generate,
+        expert=_no_expert, reward_weights=dict(zip(verifier.components, cfg.weight_list())), stop_strings=(),
+        verifier=VERIFIER_NAME, description="One completion per row, scored by the recipe's reward functions."))
+    targets = [f.target for f in funcs]
+    if targets != list(cfg.funcs):
+        recipe.reward = cfg.model_copy(update={"funcs": targets})
+    return verifier
+
+
+__all__ = ["DatasetEnv", "install", "REVISION"]
