@@ -40,7 +40,7 @@ def test_checkpoint_loads_with_transformers(smoke_run):
 
     run_dir, _ = smoke_run
     ckpt = run_dir / "checkpoints" / "step_2"
-    assert (ckpt / "model.safetensors").exists() and (ckpt / "trainer_state.pt").exists()
+    assert (ckpt / "model.safetensors").exists() and (ckpt / "trainer_state.json").exists()
     model = AutoModelForCausalLM.from_pretrained(ckpt)
     tok = AutoTokenizer.from_pretrained(ckpt)
     ids = tok.apply_chat_template([{"role": "user", "content": "Ann has 3 apples."}], tokenize=False,
@@ -105,7 +105,7 @@ def test_gate_stops_training_with_checkpoint_and_exit_3(tmp_path):
     proc = _run("train", "smoke", f"run.dir={run_dir}", "gates.entropy_floor=1000", "gates.entropy_patience=1")
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "stopped by a gate" in proc.stderr and "Traceback" not in proc.stderr
-    assert (run_dir / "checkpoints" / "step_1" / "trainer_state.pt").exists()
+    assert (run_dir / "checkpoints" / "step_1" / "trainer_state.json").exists()
     run = RunDir(run_dir)
     (event,) = run.store.events("gate")
     assert event["payload"]["gate"] == "entropy_floor" and event["step"] == 1

@@ -273,8 +273,8 @@ def test_resume_trains_every_buffered_result_and_restarts_in_flight_jobs(tiny, t
         _run(model, tok, recipe, store, PARITY, factory=_delayed_factory(model, tok, delays, 0),
              on_ckpt=lambda s, st: snaps.setdefault(s, (copy.deepcopy(st), copy.deepcopy(model.state_dict()))))
     saved, weights = snaps[2]
-    buffered = {t["trajectory_id"] for r in saved.async_state["buffer"] for t in r["trajectories"]}
-    in_flight = [j.job_id for j in saved.async_state["in_flight"]]
+    buffered = {t.trajectory_id for r in saved.async_state.buffer for t in r.trajectories}  # typed: AsyncState
+    in_flight = [j.job_id for j in saved.async_state.in_flight]
     assert buffered or in_flight
     resumed = copy.deepcopy(model0)
     resumed.load_state_dict(weights)

@@ -41,7 +41,7 @@ def test_an_engine_copy_in_bfloat16_trips_the_probe_gate_end_to_end(tmp_path, pa
     (event,) = RunDir(run_dir).store.events("gate")
     assert event["payload"]["gate"] == "probe_logprob_diff_max" and event["step"] == 1
     assert _probe_steps(run_dir)[1] == pytest.approx(trip.value.trip.value)
-    assert (run_dir / "checkpoints" / "step_1" / "trainer_state.pt").exists()
+    assert (run_dir / "checkpoints" / "step_1" / "trainer_state.json").exists()
 
 
 def test_a_float32_copy_passes_and_is_probed_after_every_sync(tmp_path, parity_env):

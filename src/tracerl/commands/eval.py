@@ -5,6 +5,10 @@ avg@n, unbiased pass@k, maj@k and tool-use statistics under a `Protocol` record 
 numbers (`<root>/eval/<protocol column>/<checkpoint>/`). For a run directory the task set, budgets
 and seed come from its config.yaml, so the held-out tasks are the ones the run never trained on;
 the results are also logged to the run as `eval/<column>/<name>` metrics at the checkpoint's step.
+
+Nothing evaluated here can run code: a checkpoint with a MANIFEST.json is verified (every path inside the
+folder, every size and hash) before anything is read, its trainer state is JSON and safetensors, and a
+folder that does not parse is refused in one sentence (train/checkpoint.py `load_checkpoint_model`).
 """
 
 from __future__ import annotations
@@ -58,19 +62,22 @@ def _resolve(target: Path):
             raise UserError(f"run {target} has no checkpoints/step_N; train it first or pass a checkpoint directory")
         data = yaml.safe_load(run.config_path.read_text()) if run.config_path.exists() else {}
         return run, ckpt, Recipe.model_validate(data or {})
-    if (target / "config.json").exists():
+    if (target / "config.json").exists() or (target / "MANIFEST.json").exists():
         return None, target, Recipe()
     raise UserError(f"{target} is neither a run directory (store.sqlite) nor a checkpoint (config.json)")
 
 
 def _policy_version(ckpt: Path) -> int:
-    """The checkpoint's policy version from its trainer_state.pt (0 when it has none)."""
-    if not (ckpt / "trainer_state.pt").exists():
-        return 0
-    import torch
+    """The checkpoint's policy version from its trainer state (0 for a plain model folder, which has none)."""
+    from tracerl.store.checkpoints import MANIFEST, OLD_STATE, STATE_FILES
+    from tracerl.train.checkpoint import load_trainer_state
 
-    state = torch.load(ckpt / "trainer_state.pt", weights_only=False, map_location="cpu")
-    return int(state.get("policy_version", 0)) if isinstance(state, dict) else 0
+    if not any((ckpt / f).exists() for f in (MANIFEST, OLD_STATE, *STATE_FILES)):
+        return 0
+    version = load_trainer_state(ckpt).get("policy_version", 0)  # verified and parsed, never unpickled
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise UserError(f"checkpoint {ckpt} records policy version {version!r}, not an integer; restore the checkpoint")
+    return version
 
 
 def run(args) -> int:
@@ -81,6 +88,7 @@ def run(args) -> int:
     if not target.is_dir():
         raise UserError(f"{target} does not exist; pass a checkpoint directory or a run directory")
     run_dir, ckpt, recipe = _resolve(target)
+    version = _policy_version(ckpt)  # verifies a checkpoint's manifest before anything of it is loaded
     if run_dir is None and args.env is None:
         raise UserError("a bare checkpoint needs --env NAME (`tracerl envs` lists them)")
 
@@ -90,8 +98,9 @@ def run(args) -> int:
     from tracerl.eval.heldout import run_heldout
     from tracerl.eval.protocol import results_dir
     from tracerl.eval.record import heldout_protocol, record_evaluation
-    from tracerl.models import load_model_and_tokenizer, tokenizer_hashes
+    from tracerl.models import tokenizer_hashes
     from tracerl.rollout import LoopBudgets, TorchEngine
+    from tracerl.train.checkpoint import load_checkpoint_model
 
     env_cfg, spec = recipe.env, None
     if recipe.envs:  # a run over several environments: evaluate one of them, under its own budgets
@@ -112,12 +121,12 @@ def run(args) -> int:
     budgets = LoopBudgets.from_env(env_cfg)
 
     hf_logging.disable_progress_bar()
-    model, tokenizer = load_model_and_tokenizer(ckpt)
+    model, tokenizer = load_checkpoint_model(ckpt, key="CHECKPOINT_OR_RUN")
     hashes = tokenizer_hashes(tokenizer)
     protocol = heldout_protocol(model=model, tokenizer_hashes=hashes, spec=spec, tasks=tasks, sampling=sampling,
                                 budgets=budgets, n=args.n, ks=ks, seed=seed, split=args.split)
     res = run_heldout(TorchEngine(model, tokenizer), spec, tasks, samples=args.n, ks=ks, budgets=budgets,
-                      sampling=sampling, policy_version=_policy_version(ckpt), seed=seed, tokenizer_hashes=hashes)
+                      sampling=sampling, policy_version=version, seed=seed, tokenizer_hashes=hashes)
     out_root = Path(args.out) if args.out else (run_dir.path if run_dir else ckpt)
     step = int(ckpt.name.split("_")[1]) if run_dir is not None else None
     results = record_evaluation(out_root, protocol, res.trajectories, run=run_dir, step=step,

@@ -41,13 +41,14 @@ def run(args) -> int:
         raise UserError(f"--port {args.port} is not a port; give 0..65535 (0 picks a free one)")
     import torch
 
-    from tracerl.models import load_model_and_tokenizer, tokenizer_hashes
+    from tracerl.models import tokenizer_hashes
+    from tracerl.train.checkpoint import load_checkpoint_model
     from tracerl.rollout import TorchEngine
     from tracerl.serve import EnvVerifier, EpisodeRegistry, Gateway
     from tracerl.serve.server import ServerThread
 
     torch.set_num_threads(args.threads)
-    model, tok = load_model_and_tokenizer(args.model, key="--model")
+    model, tok = load_checkpoint_model(args.model, key="--model")  # a checkpoint verified first; never unpickled
     verifier, stops, env_name = None, list(args.stop), "gateway"
     if args.env:
         from tracerl.envs import get_env

@@ -21,10 +21,13 @@ recorded decision: they are restarted from scratch, same tasks and seeds, at the
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from tracerl.algorithms.spec.terms import Decoupled
 from tracerl.contract.serialize import from_dict, to_dict
+from tracerl.contract.task import Task
+from tracerl.rollout.agent_loop import LoopBudgets
 from tracerl.rollout.worker_pool import WorkerPool
 from tracerl.rollout.workers import ProcessWorker, RolloutJob, RolloutResult, SpecRef, weights_blob, worker_settings
 from tracerl.tasks import next_groups
@@ -70,11 +73,11 @@ class AsyncSource:
         self.gate = StalenessGate(cfg.max_staleness)
         factory = worker_factory or (ray_workers if recipe.run.backend == "ray" else process_workers)(
             model, tokenizer, recipe, worker_spec_ref(recipe, spec), tokenizer_hashes)
-        saved = state.async_state or {}
-        self.buffer: list[RolloutResult] = [_result_from(d) for d in saved.get("buffer", [])]
-        self.restart: list[RolloutJob] = list(saved.get("in_flight", []))
-        self.next_job = saved.get("next_job", state.step)
-        self.totals = dict(saved.get("totals", {"rejected_stale": 0.0, "results": 0.0}))
+        saved = state.async_state or AsyncState(next_job=state.step)
+        self.buffer: list[RolloutResult] = list(saved.buffer)
+        self.restart: list[RolloutJob] = list(saved.in_flight)
+        self.next_job = saved.next_job
+        self.totals = dict(saved.totals)
         self.jobs: dict[int, RolloutJob] = {}  # issued and not yet received: their tasks, for the grader
         self.unlogged_stale: list = []
         self.pool = WorkerPool(factory, cfg.rollout_workers)
@@ -204,8 +207,7 @@ class AsyncSource:
         return out | am.version_metrics(batch.version_BT, batch.mask_BT, self.state.policy_version)
 
     def save(self) -> None:
-        self.state.async_state = {"buffer": [_result_dict(r) for r in self.buffer], "in_flight": self.pool.outstanding(),
-                                  "next_job": self.next_job, "totals": self.totals}
+        self.state.async_state = AsyncState(list(self.buffer), self.pool.outstanding(), self.next_job, dict(self.totals))
 
     def finish(self, store) -> None:
         leftover = [t for r in self.buffer for t in r.trajectories]
@@ -217,12 +219,46 @@ class AsyncSource:
         self.pool.close()
 
 
+@dataclasses.dataclass
+class AsyncState:
+    """What a checkpoint of an async stage holds: the finished results not yet trained (trained after a resume),
+    the jobs in flight (restarted from scratch, same tasks and seeds), the next job's number and the totals.
+    `to_dict`/`from_dict` convert every nested type explicitly (jobs, tasks, budgets, results, trajectories),
+    so a resumed run gets the same typed objects back, whatever the checkpoint's file format."""
+
+    buffer: list[RolloutResult] = dataclasses.field(default_factory=list)
+    in_flight: list[RolloutJob] = dataclasses.field(default_factory=list)
+    next_job: int = 0
+    totals: dict[str, float] = dataclasses.field(default_factory=lambda: {"rejected_stale": 0.0, "results": 0.0})
+
+    def to_dict(self) -> dict:
+        return {"buffer": [_result_dict(r) for r in self.buffer], "in_flight": [_job_dict(j) for j in self.in_flight],
+                "next_job": self.next_job, "totals": dict(self.totals)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AsyncState":
+        return cls([_result_from(r) for r in d.get("buffer", [])], [_job_from(j) for j in d.get("in_flight", [])],
+                   int(d.get("next_job", 0)), {k: float(v) for k, v in d.get("totals", {}).items()})
+
+
+def _job_dict(j: RolloutJob) -> dict:
+    return {"job_id": j.job_id, "tasks": [t.to_dict() for t in j.tasks], "group_ids": list(j.group_ids), "seed": j.seed,
+            "budgets": dataclasses.asdict(j.budgets), "sampling": dict(j.sampling), "attempt": j.attempt,
+            "generator_state": j.generator_state}
+
+
+def _job_from(d: dict) -> RolloutJob:
+    return RolloutJob(int(d["job_id"]), [Task.from_dict(t) for t in d["tasks"]], list(d["group_ids"]), int(d["seed"]),
+                      LoopBudgets(**d["budgets"]), dict(d["sampling"]), int(d.get("attempt", 0)),
+                      d.get("generator_state"))
+
+
 def _result_dict(r: RolloutResult) -> dict:
     return {"job_id": r.job_id, "worker_id": r.worker_id, "start_version": r.start_version,
             "trajectories": [to_dict(t) for t in r.trajectories], "entropy": r.entropy, "busy_s": r.busy_s,
-            "idle_s": r.idle_s, "finished_at": r.finished_at}
+            "idle_s": r.idle_s, "finished_at": r.finished_at, "generator_state": r.generator_state}
 
 
 def _result_from(d: dict) -> RolloutResult:
     return RolloutResult(d["job_id"], d["worker_id"], d["start_version"], [from_dict(t) for t in d["trajectories"]],
-                         d["entropy"], d["busy_s"], d["idle_s"], d["finished_at"])
+                         d["entropy"], d["busy_s"], d["idle_s"], d["finished_at"], d.get("generator_state"))

@@ -30,7 +30,7 @@ from tracerl.rollout import run_episodes
 from tracerl.store.credit import per_trajectory, record_credit
 from tracerl.tasks import Sampler
 from tracerl.telemetry import GateTripped, step_metrics
-from tracerl.rollout.async_source import async_algorithm
+from tracerl.rollout.async_source import AsyncState, async_algorithm
 from tracerl.train.learner import Learner, build_learner
 from tracerl.train.roles import Roles
 from tracerl.rollout.sources import StepRollouts, SyncSource
@@ -49,10 +49,22 @@ class RLState:
     gate_state: dict | None = None
     roles_state: dict | None = None  # optimizer and schedule of each trained role
     algorithm_state: dict | None = None  # entropy controller, the algorithm's random stream
-    async_state: dict | None = None  # rl.mode async: buffered results and in-flight jobs (rollout/async_source.py)
+    async_state: AsyncState | None = None  # rl.mode async: buffered results and in-flight jobs (rollout/async_source.py)
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Plain data for a checkpoint (train/state_file.py): tensors, dicts, lists and numbers; the async
+        state through its own `to_dict` (never `dataclasses.asdict`, which turns its jobs into bare dicts)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["async_state"] = self.async_state.to_dict() if self.async_state is not None else None
+        return out
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> "RLState":
+        """The state `as_dict` wrote (a checkpoint's trainer state: unknown keys, such as the RNG states, ignored)."""
+        state = cls(**{f.name: saved[f.name] for f in dataclasses.fields(cls) if f.name in saved})
+        if isinstance(state.async_state, dict):
+            state.async_state = AsyncState.from_dict(state.async_state)
+        return state
 
 
 def _task_metrics(report, sampler, generated_tokens: int, stage_index: int) -> dict[str, float]:

@@ -100,22 +100,51 @@ def oom_floor_pinned() -> tuple[bool, str]:
 _swept = False
 
 
-def sweep_stale() -> None:
-    """Remove empty groups left by tracerl processes that died without closing their sandbox."""
-    for base in ([_v2_path()] if version() == 2 else [_own_path(c) for c in ("memory", "pids")]):
+def _group_bases() -> list[str]:
+    """The folders worker groups are made in: the v2 group, or the v1 memory and pids groups of this process."""
+    v = version()
+    return [b for b in ([_v2_path()] if v == 2 else [_own_path(c) for c in ("memory", "pids")] if v == 1 else []) if b]
+
+
+def _stale_owner(name: str) -> int | None:
+    """The pid in a group name `tracerl-sandbox-PID-N` when that process is gone (None: not tracerl's, or alive)."""
+    parts = name.split("-")
+    if not (name.startswith("tracerl-sandbox-") and len(parts) == 4 and parts[2].isdigit() and parts[3].isdigit()):
+        return None
+    pid = int(parts[2])
+    return pid if pid != os.getpid() and not os.path.exists(f"/proc/{pid}") else None
+
+
+def remove_tree(path: str) -> bool:
+    """rmdir a group and every group below it, deepest first (a group with children, even empty `call-N`
+    ones, cannot be removed; its knob files go with it). False when some group still holds a process."""
+    ok = True
+    for here, _dirs, _files in os.walk(path, topdown=False, followlinks=False):
         try:
-            names = os.listdir(base) if base else []
+            os.rmdir(here)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            ok = False
+    return ok
+
+
+def sweep_stale(bases: list[str] | None = None) -> list[str]:
+    """Remove the groups left by tracerl processes that died without closing their sandbox (named
+    `tracerl-sandbox-PID-N` with PID gone), children first; groups of live processes and anything not
+    tracerl's are left alone. Returns the paths removed. `bases`: where to look (default: this host's)."""
+    removed = []
+    for base in _group_bases() if bases is None else bases:
+        try:
+            names = sorted(os.listdir(base))
         except OSError:
             continue
         for name in names:
-            parts = name.split("-")
-            if name.startswith("tracerl-sandbox-") and len(parts) == 4 and parts[2].isdigit():
-                if not os.path.exists(f"/proc/{parts[2]}"):
-                    for leaf in (os.path.join(base, name, ZYGOTE_LEAF), os.path.join(base, name)):
-                        try:
-                            os.rmdir(leaf)  # fails, harmlessly, if not empty
-                        except OSError:
-                            pass
+            path = os.path.join(base, name)
+            if _stale_owner(name) is not None and os.path.isdir(path) and not os.path.islink(path):
+                if remove_tree(path):
+                    removed.append(path)
+    return removed
 
 
 ZYGOTE_LEAF = "zygote"  # v2: the worker's own leaf (a v2 group with children may hold no processes)

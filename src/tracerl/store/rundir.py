@@ -31,6 +31,40 @@ class RunDir:
         self._store: Store | None = None
         self.sinks: list[Any] = []  # telemetry.loggers.MetricLoggers attach here: one path for every metric
 
+    RUN_MARKERS = ("store.sqlite", "manifest.json", "config.yaml", "metrics.jsonl", "checkpoints")
+
+    @classmethod
+    def refuse_existing(cls, path: str | Path) -> None:
+        """UserError when `path` already holds a run: a new run there would append to its store and replace its
+        checkpoints, so it is refused before anything is written (`tracerl train --resume` continues it)."""
+        path = Path(path)
+        held = [m for m in cls.RUN_MARKERS if (path / m).exists()] if path.is_dir() else []
+        if held:
+            raise UserError(f"run.dir {path} already holds a run ({held[0]}); continue it with `tracerl train --resume "
+                            f"{path}` or pick a new run.dir")
+
+    def sweep_leftovers(self) -> list[str]:
+        """Remove what a killed writer left: `.tmp-*` folders (a checkpoint or base model half written) and
+        `.old-step_N-*` ones (a checkpoint being replaced: put back when its `step_N` is missing), in the run and
+        its checkpoints folder, for writers whose process is gone. The names handled, for the log."""
+        import shutil
+
+        done = []
+        for folder in (self.path, self.checkpoints):
+            for p in sorted(folder.iterdir()) if folder.is_dir() else []:
+                m = re.fullmatch(r"\.(tmp|old)-(.+)-(\d{1,10})", p.name)
+                if not m or (int(m.group(3)) != os.getpid() and os.path.exists(f"/proc/{m.group(3)}")):
+                    continue  # not a leftover, or its writer is alive
+                final = folder / m.group(2)
+                if m.group(1) == "old" and p.is_dir() and not p.is_symlink() and not final.exists():
+                    os.rename(p, final)  # killed between the two renames: the replaced checkpoint was complete
+                elif p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+                done.append(p.name)
+        return done
+
     @classmethod
     def new(cls, root: str | Path, name: str) -> "RunDir":
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -87,14 +121,17 @@ class RunDir:
     def read_manifest(self) -> dict[str, Any]:
         return json.loads(self.manifest_path.read_text())
 
-    def log_metrics(self, metrics: dict[str, float], *, stage: str, step: int) -> None:
-        """Append to metrics.jsonl and the store; non-finite values are kept as null."""
+    def log_metrics(self, metrics: dict[str, float], *, stage: str, step: int,
+                    tags: dict[str, str] | None = None) -> None:
+        """Append to metrics.jsonl and the store; non-finite values are kept as null. `tags` (e.g.
+        `{"eval/protocol": column}`) are strings recorded beside these numbers, never in their names:
+        a `tags` field in the JSONL row, a column in the store, a tag/param in each sink."""
         clean = {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items()}
         with self.metrics_path.open("a") as f:
-            f.write(json.dumps({"stage": stage, "step": step, **clean}) + "\n")
-        self.store.add_metrics(clean, stage=stage, step=step)
+            f.write(json.dumps({"stage": stage, "step": step, **({"tags": tags} if tags else {}), **clean}) + "\n")
+        self.store.add_metrics(clean, stage=stage, step=step, tags=tags)
         for sink in self.sinks:
-            sink.write(clean, stage=stage, step=step)
+            sink.write(clean, stage=stage, step=step, tags=tags)
 
     @property
     def samples_path(self) -> Path:
