@@ -59,7 +59,7 @@ def test_skip_every_test(grader):
 def test_always_equal_object(grader):
     """Attack: return an object whose __eq__ always says True (and an int subclass doing the same)."""
     r = _grade(grader, "always-equal")
-    assert "not JSON serializable" in r.raw["tests"][0]["reason"] or "no result" in r.raw["tests"][0]["reason"]
+    assert "(not JSON data)" in r.raw["tests"][0]["reason"]  # only bytes cross back: the object stays behind
     _grade(grader, "always-equal-int")
 
 

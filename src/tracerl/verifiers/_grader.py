@@ -50,10 +50,23 @@ def _child(test, res_w, out_w):
         sys.stdout.flush()
         os.write(3, b'{"done": true}')
         os._exit(0)
-    namespace = runpy.run_path("solution.py", run_name="solution")
-    value = eval(test["expr"], namespace)  # the test's own expression, e.g. "add(2, 3)"
-    payload = json.dumps({"value": value}, allow_nan=False)
-    sys.stdout.flush()
+    try:
+        namespace = runpy.run_path("solution.py", run_name="solution")
+        value = eval(test["expr"], namespace)  # the test's own expression, e.g. "add(2, 3)"
+    except BaseException as exc:  # noqa: BLE001 - its name is this test's feedback, nothing more
+        payload = json.dumps({"raised": str(type(exc).__name__)[:80]})
+    else:
+        try:
+            payload = json.dumps({"value": value}, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):  # not JSON data: it fails, with its repr as feedback
+            try:
+                payload = json.dumps({"unserializable": str(repr(value))[:200]})
+            except BaseException:  # noqa: BLE001
+                payload = json.dumps({"unserializable": "?"})
+    try:
+        sys.stdout.flush()
+    except BaseException:  # noqa: BLE001
+        pass
     os.write(3, payload.encode())
     os._exit(0)
 
@@ -137,6 +150,10 @@ def main():
                 entry["ran"] = True
                 if "value" in message:
                     entry["value"] = message["value"]
+            elif isinstance(message, dict) and isinstance(message.get("raised"), str):
+                entry["error"] = "raised " + message["raised"][:80]
+            elif isinstance(message, dict) and isinstance(message.get("unserializable"), str):
+                entry["error"] = "returned " + message["unserializable"][:200] + " (not JSON data)"
             elif "error" not in entry:
                 last = entry["output"].strip().splitlines()[-1:] or [f"exit status {status}"]
                 entry["error"] = f"no result ({last[0][:200]})"

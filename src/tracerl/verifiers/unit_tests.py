@@ -12,6 +12,7 @@ Components: `tests_passed` (fraction), `format` (a code block was found and it c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import secrets
@@ -86,23 +87,14 @@ class UnitTestVerifier:
                 inputs.append({"kind": "stdio", "stdin": t["stdin"]})
             else:
                 raise ValueError(f"a test must have 'expr'+'expected' or 'stdin'+'stdout', got keys {sorted(t)}")
-        nonce = secrets.token_hex(16)
-        spec = {"tests": inputs, "timeout_s": self.timeout_s, "stdout_bytes": self.stdout_bytes}
-        budget = self.timeout_s * len(tests) + 1.5
-        limits = Limits(wall_s=budget, cpu_s=budget, memory_bytes=self.memory_bytes, nproc=64, nofile=256,
-                        output_bytes=(self.stdout_bytes + 8192) * (len(tests) + 1))
-        run = self.sandbox.run(grader_source(), stdin=nonce, limits=limits,
-                               files={"solution.py": code.value, "tests.json": json.dumps(spec)})
-        report = _last_json_line(run.stdout)
-        raw: dict[str, Any] = {"sandbox_status": str(run.status), "sandbox_reason": run.reason}
+        run = run_grader(self.sandbox, code.value, inputs, timeout_s=self.timeout_s,
+                         memory_bytes=self.memory_bytes, stdout_bytes=self.stdout_bytes)
+        raw: dict[str, Any] = {"sandbox_status": run.status, "sandbox_reason": run.reason}
         if run.status == "crash":
             raise RuntimeError(f"the sandbox failed while grading (infrastructure, not the policy): {run.reason}")
-        if report is None or report.get("nonce") != nonce:
-            return rejected(self.components, "the grader did not finish: no nonce line after the last test "
-                            "(the program exited early, killed the grader, or forged output)", **raw)
-        results = report.get("results")
-        if not (isinstance(results, list) and len(results) == len(tests) and all(isinstance(r, dict) for r in results)):
-            return rejected(self.components, "the grader's report does not hold one result per test", **raw)
+        if run.results is None:
+            return rejected(self.components, run.why, **raw)
+        results = run.results
         verdicts = []
         for test, result in zip(tests, results):
             if not result.get("ran"):
@@ -114,15 +106,50 @@ class UnitTestVerifier:
                 ok = _same_stdout(result.get("output", ""), test["stdout"])
                 verdicts.append({"passed": ok, "reason": "" if ok else "wrong output"})
         passed = sum(v["passed"] for v in verdicts)
-        raw.update(tests=verdicts, passed=passed, total=len(tests), syntax_ok=report.get("syntax_ok", False),
+        raw.update(tests=verdicts, passed=passed, total=len(tests), syntax_ok=run.syntax_ok,
                    reason="" if passed == len(tests) else
                    f"{passed}/{len(tests)} tests passed; first failure: "
                    f"{next(v['reason'] for v in verdicts if not v['passed'])[:160]}")
-        return VerifierResult({"tests_passed": passed / len(tests), "format": float(bool(report.get("syntax_ok")))}, raw)
+        return VerifierResult({"tests_passed": passed / len(tests), "format": float(run.syntax_ok)}, raw)
 
     def audit_cases(self) -> list[AuditCase]:
         from tracerl.verifiers.code_attacks import unit_test_audit_cases
         return unit_test_audit_cases()
+
+
+@dataclasses.dataclass
+class GraderRun:
+    status: str  # the sandbox's status ("crash": the sandbox itself failed)
+    reason: str | None
+    results: list[dict] | None  # one per test, or None when the grader did not finish (see `why`)
+    syntax_ok: bool = False
+    why: str = ""
+
+
+def run_grader(sandbox: Sandbox, code: str, inputs: list[dict], *, timeout_s: float, memory_bytes: int,
+               stdout_bytes: int) -> GraderRun:
+    """Run `_grader.py` on `code` for `inputs` ({"kind": "expr", "expr": ...} or {"kind": "stdio",
+    "stdin": ...}). Each test runs in its own child of the grader; results come back over a pipe
+    the candidate's process holds only for its own test, and the grader's report carries the
+    per-run nonce, which no process that ran candidate code could ever read."""
+    nonce = secrets.token_hex(16)
+    spec = {"tests": inputs, "timeout_s": timeout_s, "stdout_bytes": stdout_bytes}
+    budget = timeout_s * len(inputs) + 1.5
+    limits = Limits(wall_s=budget, cpu_s=budget, memory_bytes=memory_bytes, nproc=64, nofile=256,
+                    output_bytes=(stdout_bytes + 8192) * (len(inputs) + 1))
+    run = sandbox.run(grader_source(), stdin=nonce, limits=limits,
+                      files={"solution.py": code, "tests.json": json.dumps(spec)})
+    status = str(run.status)
+    if status == "crash":
+        return GraderRun(status, run.reason, None, why=f"sandbox fault: {run.reason}")
+    report = _last_json_line(run.stdout)
+    if report is None or report.get("nonce") != nonce:
+        return GraderRun(status, run.reason, None, why="the grader did not finish: no nonce line after the last "
+                         "test (the program exited early, killed the grader, or forged output)")
+    results = report.get("results")
+    if not (isinstance(results, list) and len(results) == len(inputs) and all(isinstance(r, dict) for r in results)):
+        return GraderRun(status, run.reason, None, why="the grader's report does not hold one result per test")
+    return GraderRun(status, run.reason, results, syntax_ok=report.get("syntax_ok") is True)
 
 
 def _last_json_line(stdout: str) -> dict | None:

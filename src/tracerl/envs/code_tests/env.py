@@ -4,8 +4,9 @@ Grammar: `<run>code</run>` runs the code on the task's two visible examples in t
 observation is `<output>pass 2/2</output>` or the first failure); `<answer>code</answer>` ends the
 episode (`eos`) and the hidden tests score it through the unit-test verifier
 (`tracerl.verifiers.UnitTestVerifier`: pristine copy per test, host-side comparison, nonce): the
-`tests` component is the fraction passed. Runs use the lighter `harness.evaluate` (one sandbox call,
-host-side comparison) because they also need the feedback line. A sandbox fault (status `crash`)
+`tests` component is the fraction passed. Runs use `harness.evaluate`, the same grader (each case
+in its own process, a result channel the candidate cannot forge, host-side comparison) that also
+returns the feedback line. A sandbox fault (status `crash`)
 ends the episode as `infra_failure`, never a reward. The `MAX_INVALID`-th invalid action (malformed,
 or a run past the budget) ends the episode as `env_failure` with `tests` 0: a babbling policy would
 otherwise run into the turn or token budget, a truncation that RL masks, and never see it fail.
