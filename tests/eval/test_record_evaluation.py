@@ -36,6 +36,7 @@ def test_record_evaluation_writes_logs_and_stores(tmp_path):
     saved = json.loads((results_dir(run.path, proto) / "results.json").read_text())
     assert saved["protocol_sha256"] == proto.sha256 and saved["results"]["pass@1"] == pytest.approx(1 / 3)
     row = json.loads(run.metrics_path.read_text().splitlines()[-1])
-    assert row["stage"] == "eval" and row["step"] == 7 and row[f"eval/{proto.column}/pass@3"] == pytest.approx(0.5)
+    assert row["stage"] == "eval" and row["step"] == 7 and row["eval/pass@3"] == pytest.approx(0.5)
+    assert row["tags"] == {"eval/protocol": proto.column}  # the protocol beside the numbers, not in their names
     assert run.store.count(stage=f"eval/{proto.column}") == 6
     run.close()

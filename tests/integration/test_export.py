@@ -47,7 +47,7 @@ def test_stage_and_step_columns_and_prefix_filter(run_dir):
     evals = _jsonl(str(run_dir), "--stage", "eval")
     assert len(evals) == 2 * per_eval and all(r["stage"].startswith("eval/") for r in evals)  # after SFT, after RL
     rl = _jsonl(str(run_dir), "--stage", "rl")
-    assert len(rl) == steps * per_step and {r["step"] for r in rl} == set(range(steps))
+    assert len(rl) == steps * per_step and {r["step"] for r in rl} == set(range(1, steps + 1))  # 1..N, as logged
     step1 = _jsonl(str(run_dir), "--stage", "rl", "--step", "1")
     assert len(step1) == per_step and all(r["step"] == 1 for r in step1)
 
@@ -111,3 +111,43 @@ def test_inspect_shows_the_credit_the_learner_gave(run_dir):
     ev = _jsonl(str(run_dir), "--stage", "eval")[0]
     proc = _run("inspect", str(run_dir), "--trajectory", ev["trajectory_id"], "--color", "never")
     assert "no update used this episode" in proc.stdout
+
+
+def test_one_step_number_names_one_update_in_metrics_store_export_and_report(run_dir):
+    """`rl step 2/2` on the console, step 2 in metrics.jsonl, the store, `tracerl export`, `tracerl inspect`,
+    the report's data and the checkpoint step_2 are the same update: its reward mean agrees everywhere."""
+    from tracerl.eval.report.episodes import breakdown_series
+    from tracerl.eval.report.series import load_series
+    from tracerl.store import RunDir
+    from tracerl.store.credit import read_credit
+
+    steps, per_step, _ = _sizes()
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    logged = {r["step"]: r for r in rows if r["stage"] == "rl"}
+    assert sorted(logged) == list(range(1, steps + 1))
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*"))[-1] == f"step_{steps}"
+    run = RunDir(run_dir)
+    try:
+        credit = read_credit(run.store)
+        stored = {s: list(run.store.trajectories(stage="rl", step=s)) for s in logged}
+        stored_evals = {s for (s,) in run.store._db.execute("SELECT DISTINCT step FROM trajectories WHERE stage LIKE 'eval/%'")}
+    finally:
+        run.close()
+    exported = _jsonl(str(run_dir), "--stage", "rl")
+    report = load_series(run_dir)
+    by_env = dict(breakdown_series(run_dir)[("rl", "by_env/math_tool/reward")])
+    for s, m in logged.items():
+        trajs = stored[s]
+        assert len(trajs) == per_step and all(credit[t.trajectory_id]["update_step"] == s for t in trajs)
+        mean = sum(t.reward for t in trajs) / len(trajs)  # no infra failures in smoke: every episode counts
+        assert m["reward/mean"] == pytest.approx(mean)
+        assert sum(r["reward"] for r in exported if r["step"] == s) / per_step == pytest.approx(mean)
+        assert (s, pytest.approx(mean)) in report[("rl", "reward/mean")] and by_env[s] == pytest.approx(mean)
+    # update s samples with the version update s-1 published: one version per step, one higher each step
+    versions = [{v for t in stored[s] for v in t.policy_versions if v >= 0} for s in sorted(logged)]
+    assert all(len(v) == 1 for v in versions) and [min(v) for v in versions] == list(range(min(versions[0]), min(versions[0]) + steps))
+    # held-out evaluations: after SFT (0 updates) and after the last update (step N), in metrics and in the store
+    eval_steps = {r["step"] for r in rows if r["stage"] == "eval"}
+    assert eval_steps == stored_evals == {0, steps}
+    proc = _run("inspect", str(run_dir), "--stage", "rl", "--color", "never", "--limit", "1")
+    assert proc.returncode == 0 and f"step {steps}, stage rl: showing 1 of {per_step}" in proc.stdout

@@ -72,3 +72,12 @@ def mlflow_metrics(run_path: Path) -> dict[str, list[tuple[int, float]]]:
     (exp,) = [e for e in client.search_experiments() if e.name == "tracerl"]
     (run,) = client.search_runs([exp.experiment_id])
     return {k: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)] for k in run.data.metrics}
+
+
+def mlflow_tags(run_path: Path) -> dict[str, str]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{(run_path / 'mlflow.db').resolve()}")
+    (exp,) = [e for e in client.search_experiments() if e.name == "tracerl"]
+    (run,) = client.search_runs([exp.experiment_id])
+    return dict(run.data.tags)

@@ -12,7 +12,7 @@ from tracerl.eval.protocol import Protocol
 from tracerl.eval.record import record_evaluation
 from tracerl.store import RunDir
 from tracerl.telemetry import LoggersConfig, MetricLoggers
-from tracerl.telemetry.loggers import mlflow_key, tag
+from tracerl.telemetry.loggers import dashboard_key, sanitize, tag
 
 
 def test_jsonl_always_and_missing_backends_are_one_line(tmp_path, monkeypatch, capsys):
@@ -39,9 +39,11 @@ def test_tags_are_never_doubled():
     assert tag("sft", "sft/loss") == "sft/loss"
     assert tag("rl", "reward/mean") == "rl/reward/mean"
     assert tag("rl", "rl/stage") == "rl/stage"
-    assert tag("eval", "eval/0a3224f10c7d/success") == "eval/0a3224f10c7d/success"
+    assert tag("eval", "eval/success") == "eval/success"
     assert tag("eval/0a3224f10c7d", "samples") == "eval/0a3224f10c7d/samples"
-    assert mlflow_key("eval/abc/pass@4") == "eval/abc/pass_at_4"
+    # one sanitiser for every backend: the name a dashboard shows is the same in all three
+    assert sanitize("eval/pass@4") == "eval/pass_at_4" and sanitize("a:b|c") == "a_b_c"
+    assert dashboard_key("eval", "eval/avg@2") == "eval/avg_at_2" and dashboard_key("rl", "eval/pass@1") == "rl/eval/pass_at_1"
 
 
 def test_wandb_env_mode_overrides_the_recipe(tmp_path, monkeypatch):
@@ -76,7 +78,8 @@ def _episode(task, i, correct):
 
 def _a_logged_run(tmp_path, **flags):
     """SFT and RL metrics through MetricLoggers, and a held-out evaluation through record_evaluation
-    (which only knows the run directory): task a ✓ ✗, task b ✗ ✗ → success 0.25, pass@2 0.5."""
+    (which only knows the run directory): task a ✓ ✗, task b ✗ ✗ → success 0.25, pass@2 0.5. The
+    metric names carry no protocol hash (`eval/avg@2`); the column is the tag `eval/protocol`."""
     proto = Protocol(checkpoint_sha256="c" * 64, tokenizer_sha256="t" * 64, chat_template_sha256="h" * 64,
                      env_name="toy", env_revision="1", verifier_revision="1", tasks_sha256="x" * 64, num_tasks=2,
                      sampling={"temperature": 1.0}, budgets={"max_turns": 1}, n=2, ks=[1, 2])
@@ -99,9 +102,11 @@ def test_tensorboard_receives_heldout_metrics_and_samples(tmp_path):
     path, col = _a_logged_run(tmp_path, tensorboard=True)
     scalars = tensorboard_scalars(path)
     assert scalars["sft/loss"] == [(1, 2.5)] and scalars["rl/reward/mean"] == [(2, 0.75)]
-    assert scalars[f"eval/{col}/avg@2"] == [(2, 0.25)] and scalars[f"eval/{col}/pass@2"] == [(2, 0.5)]
-    assert not [t for t in scalars if t.startswith(("sft/sft", "eval/eval", "rl/rl"))]
-    (table,) = tensorboard_texts(path)["eval/samples/text_summary"]
+    assert scalars["eval/avg_at_2"] == [(2, 0.25)] and scalars["eval/pass_at_2"] == [(2, 0.5)]
+    assert not [t for t in scalars if t.startswith(("sft/sft", "eval/eval", "rl/rl")) or col in t or "@" in t]
+    texts = tensorboard_texts(path)
+    assert texts["eval/protocol/text_summary"] == [col]  # the protocol beside the numbers, not in their names
+    (table,) = texts["eval/samples/text_summary"]
     assert table.count("| a |") + table.count("| b |") == 4  # every sample row: 4 episodes ≤ the limit of 8
 
 
@@ -115,8 +120,9 @@ def test_wandb_offline_run_has_step_metrics_heldout_and_a_samples_table(tmp_path
     history, metrics = wandb_offline(path)
     assert {"glob_name": "eval/*", "step_metric": "eval/step", "name": ""} in metrics
     assert {"glob_name": "rl/*", "step_metric": "rl/step", "name": ""} in metrics
-    evals = [h for h in history if f"eval/{col}/avg@2" in h]
-    assert len(evals) == 1 and evals[0][f"eval/{col}/avg@2"] == 0.25 and evals[0]["eval/step"] == 2
+    evals = [h for h in history if "eval/avg_at_2" in h]
+    assert len(evals) == 1 and evals[0]["eval/avg_at_2"] == 0.25 and evals[0]["eval/step"] == 2
+    assert evals[0]["eval/protocol"] == col and not [k for h in history for k in h if col in k or "@" in k]
     assert any(h.get("sft/loss") == 2.5 and h["sft/step"] == 1 for h in history)
     tables = [h for h in history if h.get("eval/samples/_type") == "table-file"]
     assert len(tables) == 1 and tables[0]["eval/samples/nrows"] == 4
@@ -126,12 +132,45 @@ def test_wandb_offline_run_has_step_metrics_heldout_and_a_samples_table(tmp_path
 
 def test_mlflow_default_store_holds_heldout_metrics(tmp_path, monkeypatch):
     pytest.importorskip("mlflow")
-    from backend_readers import mlflow_metrics
+    from backend_readers import mlflow_metrics, mlflow_tags
 
     monkeypatch.chdir(tmp_path)  # nothing may land in the current directory
     path, col = _a_logged_run(tmp_path, mlflow=True)
-    got = mlflow_metrics(path)
-    assert got[f"eval/{col}/avg_at_2"] == [(2, 0.25)] and got["sft/loss"] == [(1, 2.5)]
+    got, tags = mlflow_metrics(path), mlflow_tags(path)
+    assert got["eval/avg_at_2"] == [(2, 0.25)] and got["sft/loss"] == [(1, 2.5)]
+    assert tags["eval/protocol"] == col and not [k for k in got if col in k]
     assert got["rl/reward/mean"] == [(2, 0.75)]
     assert not (tmp_path / "mlruns").exists()
     assert list((path / "mlartifacts").rglob("eval_step_2.json"))  # the samples table
+
+
+def test_jsonl_and_store_name_eval_metrics_readably_with_the_protocol_beside(tmp_path):
+    path, col = _a_logged_run(tmp_path)  # jsonl and the store only
+    rows = [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]
+    (ev,) = [r for r in rows if r["stage"] == "eval"]
+    # task a ✓ ✗, task b ✗ ✗: avg@2 = (1/2 + 0)/2 = 0.25; pass@2 = (1 + 0)/2 = 0.5
+    assert ev["step"] == 2 and ev["eval/avg@2"] == 0.25 and ev["eval/pass@2"] == 0.5
+    assert ev["tags"] == {"eval/protocol": col} and not [k for k in ev if col in k]
+    assert "tags" not in next(r for r in rows if r["stage"] == "rl")  # untagged rows stay as they were
+    run = RunDir(path)
+    stored = {m["name"]: m for m in run.store.metrics(stage="eval")}
+    run.close()
+    assert stored["eval/avg@2"]["value"] == 0.25 and stored["eval/avg@2"]["tags"] == {"eval/protocol": col}
+
+
+def test_a_store_written_before_tags_opens_and_takes_tagged_metrics(tmp_path):
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "old.sqlite")
+    db.execute("CREATE TABLE metrics (stage TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, value REAL, "
+               "time REAL NOT NULL)")
+    db.execute("INSERT INTO metrics VALUES ('rl', 1, 'reward/mean', 0.5, 0.0)")
+    db.commit()
+    db.close()
+    from tracerl.store.sqlite import Store
+
+    with Store(tmp_path / "old.sqlite") as store:
+        store.add_metrics({"eval/avg@2": 0.25}, stage="eval", step=1, tags={"eval/protocol": "abc"})
+        got = store.metrics()
+    assert got[0]["name"] == "reward/mean" and "tags" not in got[0]
+    assert got[1]["tags"] == {"eval/protocol": "abc"}

@@ -184,16 +184,16 @@ def test_no_trajectory_older_than_eta_is_trained(tiny, eta, workers, learner_tic
     with tempfile.TemporaryDirectory() as d, Store(Path(d) / "s.sqlite") as store:
         state = _run(model, tok, recipe, store, PARITY, factory=_delayed_factory(model, tok, delays, learner_ticks))
         assert state.step == 4
-        for s in range(4):
+        for s in range(1, 5):  # stored under the update's number, 1..N, as logged
             trained = list(store.trajectories(stage="rl", step=s))
             assert trained
-            assert all(lag(t, 1 + s) <= eta for t in trained)
-            assert all(lag(t, 1 + s) > eta for t in store.trajectories(stage="rl_stale", step=s))
+            assert all(lag(t, s) <= eta for t in trained)
+            assert all(lag(t, s) > eta for t in store.trajectories(stage="rl_stale", step=s))
 
 
 def test_a_job_overtaken_twice_is_rejected_and_counted(tiny, tmp_path):
-    """η = 1, two workers; job 0 (worker 0) is slow, jobs 1 and 2 (worker 1) are fast. Job 1 trains at step 0
-    (version 1, lag 0), job 2 at step 1 (version 2, lag 0), then job 0 lands at step 2: learner version 3,
+    """η = 1, two workers; job 0 (worker 0) is slow, jobs 1 and 2 (worker 1) are fast. Job 1 trains at step 1
+    (version 1, lag 0), job 2 at step 2 (version 2, lag 0), then job 0 lands at step 3: learner version 3,
     sampled by version 1, lag 2 > η, so both its trajectories are rejected, stored under rl_stale, counted."""
     model0, tok = tiny
     model = copy.deepcopy(model0)
@@ -207,7 +207,7 @@ def test_a_job_overtaken_twice_is_rejected_and_counted(tiny, tmp_path):
         stale = list(store.trajectories(stage="rl_stale"))
         assert len(stale) == 2 and {t.group_id for t in stale} == {"s0-p0"}
         assert all(lag(t, 3) == 2 for t in stale)
-        assert [t.group_id for t in store.trajectories(stage="rl", step=0)] == ["s1-p0"] * 2
+        assert [t.group_id for t in store.trajectories(stage="rl", step=1)] == ["s1-p0"] * 2
     assert logged[-1]["async/rejected_stale_total"] == 2
     assert sum(m["async/rejected_stale"] for m in logged) == 2
 
@@ -254,7 +254,7 @@ def test_killed_worker_is_replaced_and_its_job_retried(tiny, tmp_path, backend, 
     with Store(tmp_path / "k.sqlite") as store:
         state = _run(model, tok, recipe, store, SLOW, factory=factory, log=lambda m, s: logged.append(m))
         assert state.step == 2 and KillOnStart.killed == 1
-        assert [len(list(store.trajectories(stage="rl", step=s))) for s in range(2)] == [2, 2]
+        assert [len(list(store.trajectories(stage="rl", step=s))) for s in (1, 2)] == [2, 2]
     # the dead worker held the job it was running and (η = 1) the next one queued behind it: both re-issued
     assert logged[-1]["async/worker_deaths"] == 1 and logged[-1]["async/jobs_retried"] == 2
     assert logged[-1]["async/jobs_excluded"] == 0

@@ -52,7 +52,7 @@ def test_alternate_run_draws_one_environment_per_step_at_the_shares(tmp_path):
                                 "rl.eval_every=0", "rl.checkpoint_every=0", "stages=[sft, rl]"])
     res = run_recipe(recipe)
     with Store(res.run_dir / "store.sqlite") as store:
-        envs = [{t.env_name for t in store.trajectories(stage="rl", step=k)} for k in range(4)]
+        envs = [{t.env_name for t in store.trajectories(stage="rl", step=k)} for k in range(1, 5)]
     # shares 1/2, 1/4, 1/4 (recipe order math_tool, arith, search_qa); ties go to the name first in order
     assert envs == [{"math_tool"}, {"arith"}, {"search_qa"}, {"math_tool"}]
 

@@ -162,7 +162,7 @@ def test_mixture_run_completes_with_per_env_eval_telemetry_and_sft_shares(tmp_pa
 
     page = build_report(res.run_dir).read_text()
     assert "target share" in page and "observed share" in page
-    assert all((res.run_dir / "report" / f"domain_{e}.png").exists() for e in ("math_tool", "arith", "search_qa"))
+    assert all(f'"id":"domain_{e}"' in page for e in ("math_tool", "arith", "search_qa"))  # one figure per env
 
 
 def test_cascade_changes_the_environment_set_between_stages(tmp_path):
@@ -174,8 +174,8 @@ def test_cascade_changes_the_environment_set_between_stages(tmp_path):
     assert stage_envs(recipe) == [["math_tool"], ["arith", "search_qa"]]
     res = run_recipe(recipe)
     with Store(res.run_dir / "store.sqlite") as store:
-        assert {t.env_name for t in store.trajectories(stage="rl", step=0)} == {"math_tool"}
-        second = list(store.trajectories(stage="rl", step=1))
+        assert {t.env_name for t in store.trajectories(stage="rl", step=1)} == {"math_tool"}
+        second = list(store.trajectories(stage="rl", step=2))
         assert {t.env_name for t in second} == {"arith", "search_qa"}
         events = store.events("rl_stage")
     assert [list(e["payload"]["envs"]) for e in events] == [["math_tool"], ["arith", "search_qa"]]

@@ -40,7 +40,7 @@ def _train(model, tok, recipe, store, episodes=None):
 
 def _stored(store, steps):
     return [[(t.token_ids, t.roles, t.policy_versions, [x for x in t.behavior_logprobs if x == x], t.reward)  # NaN off actions
-             for t in store.trajectories(stage="rl", step=s)] for s in range(steps)]
+             for t in store.trajectories(stage="rl", step=s)] for s in range(1, steps + 1)]
 
 
 class KillDuringJob:

@@ -62,13 +62,13 @@ def test_stage_boundaries_pools_and_budgets_are_recorded(staged_run):
     rl_rows = [r for r in rows if "rl/stage" in r]
     assert [r["rl/stage"] for r in rl_rows] == [0, 0, 1, 1]
     assert all("tasks/curriculum_mean" in r for r in rl_rows[2:]) and "tasks/curriculum_mean" not in rl_rows[0]
-    for step, n in ((0, 16), (1, 16), (2, 8), (3, 8)):  # prompts_per_step 4 x group size 4, then 2
+    for step, n in ((1, 16), (2, 16), (3, 8), (4, 8)):  # steps 1..N, as logged  # prompts_per_step 4 x group size 4, then 2
         assert len(list(run.store.trajectories(stage="rl", step=step))) == n
     profile = json.loads((staged_run / "profiles" / "hard.json").read_text())
     assert len(profile["tasks"]) == 8 and all(v["attempts"] == 2 for v in profile["tasks"].values())
     hard_ids = set(profile["tasks"])
-    assert all(t.task_id in hard_ids for step in (2, 3) for t in run.store.trajectories(stage="rl", step=step))
-    assert all(t.num_action_tokens <= 16 * 3 for t in run.store.trajectories(stage="rl", step=3))
+    assert all(t.task_id in hard_ids for step in (3, 4) for t in run.store.trajectories(stage="rl", step=step))
+    assert all(t.num_action_tokens <= 16 * 3 for t in run.store.trajectories(stage="rl", step=4))
     run.close()
 
 
@@ -92,9 +92,9 @@ def test_resume_inside_a_later_stage_repeats_the_same_steps(staged_run, tmp_path
     shutil.rmtree(copy_dir / "checkpoints" / "step_4")
     run_recipe(_recipe(copy_dir), resume=copy_dir)
     run = RunDir(copy_dir)
-    again = [t.token_ids for t in run.store.trajectories(stage="rl", step=3)]
+    again = [t.token_ids for t in run.store.trajectories(stage="rl", step=4)]
     straight = RunDir(staged_run)
-    first = [t.token_ids for t in straight.store.trajectories(stage="rl", step=3)]
+    first = [t.token_ids for t in straight.store.trajectories(stage="rl", step=4)]
     straight.close()
     # the resume rolled the store back to step_3's marks: the redone step replaced the straight run's
     assert len(again) == 8 and again == first
@@ -148,7 +148,7 @@ def test_reprofiling_drops_tasks_that_became_all_pass(tmp_path, parity_env):
     assert all((r["stage"], r["filter"]) == ("b", "all_pass") for r in ledger)
     assert not (run_dir / "profiles" / "a.json").exists()  # the first stage needs no profile
     run = RunDir(run_dir)
-    drawn_b = {t.task_id for step in (1, 2) for t in run.store.trajectories(stage="rl", step=step)}
+    drawn_b = {t.task_id for step in (2, 3) for t in run.store.trajectories(stage="rl", step=step)}
     run.close()
     assert drawn_b and not drawn_b & solved and drawn_b <= set(profile)
 

@@ -12,8 +12,8 @@ Two hashes come from it:
 - `sha256`: the full record, including the checkpoint; it names one measurement.
 
 Results are written as `<root>/eval/<column>/<checkpoint>/{protocol.json,results.json,per_task.jsonl}`
-and logged as metrics `eval/<column>/<name>`, so numbers under different protocols never share a
-column or a metric name.
+and logged as metrics `eval/<name>` with the column recorded beside them as the tag `eval/protocol`
+(eval/record.py), so a reader can tell numbers of different protocols apart without hashes in names.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Build a held-out `Protocol` and record one evaluation's numbers beside it.
 
-Used by `tracerl eval` and meant for the trainer's in-run held-out evaluations, so both write the
-same record and name their metrics by the same protocol column.
+Used by `tracerl eval` and the trainer's held-out evaluations, so both write the same record. Metric
+names are readable and stable across loggers (`eval/avg@2`, `eval/pass@1`; `eval/<env>/avg@2` for one
+environment of an `envs:` run); the protocol column that makes two numbers comparable is recorded beside
+them, as the tag `eval/protocol` (`<prefix>/protocol`): a `tags` field in metrics.jsonl, a column of the
+store's metrics table, a TensorBoard text / W&B value / MLflow tag (telemetry/loggers.py).
 """
 
 from __future__ import annotations
@@ -30,12 +33,25 @@ def heldout_protocol(*, model, tokenizer_hashes: dict[str, str], spec, tasks: Se
                     n=n, ks=sorted(ks), seed=seed, **tokenizer_hashes)
 
 
+def metric_names(results: dict[str, float], prefix: str = "eval") -> dict[str, float]:
+    """`{"avg@2": x}` -> `{"eval/avg@2": x}`: the logged name of each aggregate, without the protocol hash."""
+    return {f"{prefix}/{k}": v for k, v in results.items()}
+
+
+def protocol_tags(protocol: Protocol, prefix: str = "eval") -> dict[str, str]:
+    """What is recorded beside the numbers of one evaluation: its protocol column."""
+    return {f"{prefix}/protocol": protocol.column}
+
+
 def record_evaluation(root, protocol: Protocol, trajectories: Sequence[Any], *, run=None, step: int | None = None,
-                      extra: dict[str, float] | None = None, tokenizer=None, samples: int = 8) -> dict[str, float]:
+                      extra: dict[str, float] | None = None, tokenizer=None, samples: int = 8,
+                      prefix: str = "eval") -> dict[str, float]:
     """Aggregate, write `<root>/eval/<column>/<checkpoint>/`, and (given a RunDir) store the episodes
-    under stage `eval/<column>`, log `eval/<column>/<name>` at `step` and log up to `samples` sample
-    completions (the best and the worst by reward). Both go through the run directory, so every
-    attached logger (TensorBoard, W&B, MLflow) receives them. Returns the numbers."""
+    under stage `eval/<column>`, log `<prefix>/<name>` at `step` with the tag `<prefix>/protocol` = the
+    column, and log up to `samples` sample completions (the best and the worst by reward). Both go through
+    the run directory, so every attached logger (TensorBoard, W&B, MLflow) receives them. `step` is the
+    number of RL updates before the evaluation (0: before RL; N: after `rl step N`, checkpoint step_N).
+    Returns the numbers."""
     from tracerl.contract import is_success
 
     per_task = samples_from_trajectories(trajectories, is_success)
@@ -43,7 +59,8 @@ def record_evaluation(root, protocol: Protocol, trajectories: Sequence[Any], *, 
     write_results(root, protocol, results, per_task)
     if run is not None:
         run.store.add_trajectories(list(trajectories), stage=f"eval/{protocol.column}", step=step or 0)
-        run.log_metrics(protocol.metric_names(results), stage="eval", step=step or 0)
+        run.log_metrics(metric_names(results, prefix), stage="eval", step=step or 0,
+                        tags=protocol_tags(protocol, prefix))
         rows = sample_rows(trajectories, tokenizer if tokenizer is not None else run_tokenizer(run), limit=samples)
         run.log_samples(rows, stage=f"eval/{protocol.column}", step=step or 0)
     return results

@@ -168,7 +168,7 @@ class AsyncSource:
             admitted, rejected = self.gate.split(res.trajectories, state.policy_version)
             self.totals["rejected_stale"] += len(rejected)
             if rejected:
-                self.store.add_trajectories(rejected, stage="rl_stale", step=state.step)
+                self.store.add_trajectories(rejected, stage="rl_stale", step=state.step + 1)  # the step drawing them
             self.unlogged_stale += rejected  # a job rejected whole takes no step: its count goes with the next one
             if admitted:
                 return res, admitted, idle

@@ -45,7 +45,8 @@ class HeldoutEval:
                                         sampling=self.sampling, budgets=r.budgets, n=recipe.eval.samples,
                                         ks=recipe.eval.k, seed=recipe.run.seed + 7919)
             record_evaluation(run.path, protocol, res.trajectories, run=run, step=step,
-                              extra={"policy_version": float(policy_version)})
+                              extra={"policy_version": float(policy_version)},
+                              prefix=f"eval/{r.name}" if self.envs.mixed else "eval")
             columns[r.name] = protocol.column
             m |= res.metrics(prefix=f"eval/{r.name}") if self.envs.mixed else res.metrics()
             if recipe.eval.slices:  # beside the clean numbers, under the same protocol (eval/slices.py)

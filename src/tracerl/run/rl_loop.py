@@ -123,8 +123,8 @@ def rl_step(got: StepRollouts, *, ln: Learner, algo, recipe: Recipe, spec, state
     capture = _CapturingRoles(roles)
     stats, adv = ln.update(algo, capture, batch, rewards, minibatches=cfg.minibatches, ctx=ctx,
                            whole_groups=cfg.whole_groups)
-    record_credit(store, state.step, batch.trajectory_ids, per_trajectory(adv, batch.action_BT),
-                  batch.weight_B.tolist())  # advantage and loss weight per trajectory: export / inspect
+    record_credit(store, state.step + 1, batch.trajectory_ids, per_trajectory(adv, batch.action_BT),
+                  batch.weight_B.tolist())  # under the update's number, 1..N, as metrics and step_N checkpoints
     if "updates" in stats:  # no optimizer step when every row had zero advantage
         roles.policy.scheduler.step()
     stats |= {"entropy_coef": ctx.entropy_coef} if algo.entropy.active else {}
@@ -197,9 +197,10 @@ def _train_and_publish(got: StepRollouts, *, ln: Learner, algo, recipe: Recipe, 
     """Store the step's rollouts, take the RL step, publish the new version and record the state it leaves."""
     trajs = got.trained
     kept = {t.trajectory_id for t in trajs}
-    store.add_trajectories(trajs, stage="rl", step=state.step)
+    update = state.step + 1  # the number this update is logged, gated and checkpointed (step_N) under: 1..N
+    store.add_trajectories(trajs, stage="rl", step=update)
     store.add_trajectories([t for t in got.generated if t.trajectory_id not in kept], stage="rl_filtered",
-                           step=state.step)
+                           step=update)
     temperature = recipe.sampling.temperature
     before = ln.probe.before_rl(engine, model, trajs, temperature)  # the first step: weights as sampled
     metrics = rl_step(got, ln=ln, algo=algo, recipe=recipe, spec=spec, state=state, store=store, tokenizer=tokenizer,

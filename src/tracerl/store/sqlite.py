@@ -2,6 +2,10 @@
 
 Per-token arrays are packed little-endian bytes, so token ids, roles and log-probabilities come
 back bit-for-bit. Every trajectory is validated against the contract before it is written.
+
+Step numbers are the ones the console, metrics.jsonl and checkpoints use: RL episodes are stored under
+the update that trained on them, 1..N (`rl step 3/N` on the console, `step_3/` the checkpoint after
+it); an evaluation under the number of updates before it (0: before RL); profiling under 0.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ CREATE TABLE IF NOT EXISTS spans (
     PRIMARY KEY (trajectory_id, span_id)
 );
 CREATE TABLE IF NOT EXISTS metrics (
-    stage TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, value REAL, time REAL NOT NULL
+    stage TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, value REAL, time REAL NOT NULL, tags TEXT
 );
 CREATE INDEX IF NOT EXISTS metrics_name ON metrics(name, step);
 CREATE TABLE IF NOT EXISTS events (
@@ -89,6 +93,8 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+        if "tags" not in {r[1] for r in self._db.execute("PRAGMA table_info(metrics)")}:  # a store from before tags
+            self._db.execute("ALTER TABLE metrics ADD COLUMN tags TEXT")
 
     def close(self) -> None:
         with self._lock:
@@ -145,11 +151,13 @@ class Store:
         with self._lock:
             return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
 
-    def add_metrics(self, metrics: dict[str, float], *, stage: str, step: int) -> None:
-        now = time.time()
-        rows = [(stage, step, k, None if v is None else float(v), now) for k, v in metrics.items()]
+    def add_metrics(self, metrics: dict[str, float], *, stage: str, step: int,
+                    tags: dict[str, str] | None = None) -> None:
+        """One row per metric; `tags` (JSON, e.g. the evaluation protocol) is stored beside each value."""
+        now, tagged = time.time(), json.dumps(tags) if tags else None
+        rows = [(stage, step, k, None if v is None else float(v), now, tagged) for k, v in metrics.items()]
         with self._lock:
-            self._db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?)", rows)
+            self._db.executemany("INSERT INTO metrics (stage, step, name, value, time, tags) VALUES (?,?,?,?,?,?)", rows)
 
     def add_event(self, kind: str, message: str = "", *, stage: str | None = None,
                   step: int | None = None, payload: dict[str, Any] | None = None) -> None:
@@ -176,7 +184,7 @@ class Store:
             yield from_dict(d)
 
     def metrics(self, name: str | None = None, stage: str | None = None) -> list[dict[str, Any]]:
-        sql, args = "SELECT stage, step, name, value, time FROM metrics", []
+        sql, args = "SELECT stage, step, name, value, time, tags FROM metrics", []
         conds = []
         if name is not None:
             conds.append("name = ?")
@@ -188,7 +196,8 @@ class Store:
             sql += " WHERE " + " AND ".join(conds)
         with self._lock:
             rows = self._db.execute(sql + " ORDER BY rowid", args).fetchall()
-        return [dict(zip(("stage", "step", "name", "value", "time"), r)) for r in rows]
+        return [dict(zip(("stage", "step", "name", "value", "time"), r)) | ({"tags": json.loads(r[5])} if r[5] else {})
+                for r in rows]
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         sql, args = "SELECT time, stage, step, kind, message, payload FROM events", []

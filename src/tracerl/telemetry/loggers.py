@@ -6,8 +6,12 @@ is built for, so held-out evaluation (which logs through the run directory) reac
 W&B and MLflow exactly like training metrics do. Sample completions take the same route through
 `RunDir.log_samples` (samples.jsonl; a TensorBoard text entry, a W&B table, an MLflow table).
 
-Tags are `<stage>/<name>`, except that a name already starting with its stage (`sft/loss` logged
-under stage `sft`) is not prefixed again.
+Dashboard names are `<stage>/<name>`, except that a name already starting with its stage (`sft/loss`
+logged under stage `sft`) is not prefixed again, passed through one sanitiser (`dashboard_key`) for
+every backend, so TensorBoard, W&B and MLflow show the same name: `eval/avg@2` is `eval/avg_at_2` in
+all three (MLflow refuses `@`). metrics.jsonl and the store keep the name as logged. Strings recorded
+beside a batch of numbers (`tags`, e.g. `eval/protocol`: the evaluation's protocol column) become a
+TensorBoard text entry, a W&B history value and an MLflow run tag under the same sanitised name.
 
 The optional backends are extras (`pip install 'tracerl[tensorboard]'` etc.). One that is enabled
 but not installed, or fails to start, prints one sentence and is skipped: a run never dies for
@@ -40,10 +44,16 @@ def tag(stage: str, name: str) -> str:
     return name if name == root or name.startswith(root + "/") else f"{stage}/{name}"
 
 
-def mlflow_key(key: str) -> str:
-    """MLflow accepts letters, digits, `_-. /` in metric names; `pass@4` becomes `pass_at_4`."""
+def sanitize(key: str) -> str:
+    """Letters, digits and `_-. /` only (what MLflow accepts, and W&B and TensorBoard show unchanged):
+    `pass@4` becomes `pass_at_4`, any other character `_`."""
     key = key.replace("@", "_at_")
     return "".join(c if c.isalnum() or c in "_-. /" else "_" for c in key)
+
+
+def dashboard_key(stage: str, name: str) -> str:
+    """The name every dashboard backend shows for metric `name` logged under `stage`."""
+    return sanitize(tag(stage, name))
 
 
 def default_mlflow_uri(run: RunDir) -> str:
@@ -113,11 +123,16 @@ class MetricLoggers:
         self.run.log_samples(rows, stage=stage, step=step)
 
     # -- called by RunDir for each logged batch ------------------------------------------------
-    def write(self, metrics: dict[str, float | None], *, stage: str, step: int) -> None:
-        finite = {tag(stage, k): float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+    def write(self, metrics: dict[str, float | None], *, stage: str, step: int,
+              tags: dict[str, str] | None = None) -> None:
+        finite = {dashboard_key(stage, k): float(v) for k, v in metrics.items()
+                  if v is not None and math.isfinite(float(v))}
+        labels = {dashboard_key(stage, k): str(v) for k, v in (tags or {}).items()}
         if self._tb is not None:
             for k, v in finite.items():
                 self._tb.add_scalar(k, v, step)
+            for k, v in labels.items():
+                self._tb.add_text(k, v, step)
             self._tb.flush()
         if self._wandb is not None:
             root = stage.split("/", 1)[0]
@@ -125,9 +140,11 @@ class MetricLoggers:
                 self._wandb.define_metric(f"{root}/step")
                 self._wandb.define_metric(f"{root}/*", step_metric=f"{root}/step")
                 self._wandb_stages.add(root)
-            self._wandb.log(finite | {f"{root}/step": step})
+            self._wandb.log(finite | labels | {f"{root}/step": step})
         if self._mlflow is not None:
-            self._mlflow.log_metrics({mlflow_key(k): v for k, v in finite.items()}, step=step)
+            self._mlflow.log_metrics(finite, step=step)
+            if labels:  # a run tag holds the latest value; every step's is in metrics.jsonl and the store
+                self._mlflow.set_tags(labels)
 
     def write_samples(self, rows: list[dict[str, Any]], *, stage: str, step: int) -> None:
         if not rows:
