@@ -28,6 +28,9 @@ class RewardConfig(Cfg):
     timeout_s: float = Field(5.0, gt=0.0, le=3600.0, allow_inf_nan=False)
     """Seconds one function call may take; a call past it (or one that raises) makes the episode an
     infra_failure, never a reward of 0."""
+    stop_strings: list[str] = Field(default_factory=list, max_length=16)
+    """Strings that end a completion (kept at its end, so strip them in the function), e.g. ["\\n"] for the tiny
+    model, which never learns an end-of-turn token from SFT; empty: the end-of-turn token or env.max_new_tokens."""
     system_prompt: str | None = Field(None, max_length=100_000)
     """A system message put before each row whose prompt is a string (null: the prompt alone, as the user message)."""
 

@@ -100,7 +100,7 @@ def install(recipe, search: Sequence[str | Path] = ()) -> RewardFuncsVerifier | 
 
     register_env(EnvSpec(
         name=DATASET_ENV, revision=REVISION, make=lambda: DatasetEnv(verifier, system), generate=generate,
-        expert=_no_expert, reward_weights=dict(zip(verifier.components, cfg.weight_list())), stop_strings=(),
+        expert=_no_expert, reward_weights=dict(zip(verifier.components, cfg.weight_list())), stop_strings=tuple(cfg.stop_strings),
         verifier=VERIFIER_NAME, description="One completion per row, scored by the recipe's reward functions."))
     targets = [f.target for f in funcs]
     if targets != list(cfg.funcs):
