@@ -13,7 +13,9 @@ Series = dict[tuple[str, str], list[tuple[int, float]]]  # (stage, metric) -> [(
 
 
 def load_series(run_path: Path) -> Series:
-    """Every finite value of every metric, keyed by (stage, name), in logging order."""
+    """Every finite value of every metric, keyed by (stage, name), in logging order. A held-out metric
+    logged with the tag `eval/protocol` is keyed `eval/<column>/<name>`, so two protocols never share a
+    series."""
     rows: list[dict[str, Any]] = []
     jsonl = run_path / "metrics.jsonl"
     if jsonl.exists():
@@ -34,9 +36,13 @@ def load_series(run_path: Path) -> Series:
     series: Series = defaultdict(list)
     for row in rows:
         stage, step = str(row.get("stage", "")), row.get("step", 0)
+        tags = row.get("tags") if isinstance(row.get("tags"), dict) else {}
+        column = tags.get("eval/protocol")  # held-out numbers logged as eval/avg@n beside their protocol column
         for k, v in row.items():
             if k in ("stage", "step") or not isinstance(v, (int, float)) or isinstance(v, bool):
                 continue
+            if column and k.startswith("eval/") and k.count("/") == 1:
+                k = f"eval/{column}/{k[5:]}"  # kept apart per protocol; the legend shows the protocol's label
             if math.isfinite(v):
                 series[(stage, k)].append((int(step), float(v)))
     return dict(series)
