@@ -70,7 +70,8 @@ def test_unknown_or_finished_episode(client, gateway, episode):
 def test_nothing_recorded_is_lost(client, gateway, episode, tmp_path):
     gw, srv = gateway
     before = [c.span_id for c in gw.registry.get(episode).calls]
-    for bad in ({"model": "x"}, {"max_tokens": 10_000}, {"n": 2}, {"stream": True}):
+    for bad in ({"model": "x"}, {"max_tokens": 10_000}, {"n": 17},
+                {"extra_body": {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}}):
         kw = {"model": "tiny", "prompt": "Ann", "max_tokens": 2, **bad}
         with pytest.raises(openai.APIStatusError):
             client.completions.create(**kw, extra_headers={"X-Episode-Id": episode})

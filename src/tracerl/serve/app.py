@@ -1,6 +1,7 @@
 """The HTTP surface (FastAPI): the OpenAI routes and the episode routes, errors in OpenAI's shape.
 
-Routes: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions`; `POST /v1/episodes`
+Routes: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions` (both with `stream`,
+serve/streaming.py), `POST /v1/responses` (serve/responses.py); `POST /v1/episodes`
 (start), `GET /v1/episodes/{id}`, `POST /v1/episodes/{id}/finish` (a reward, a task id or an error),
 `GET /v1/episodes/{id}/trajectories`; `GET /health`; `POST /v1/weights?version=N` (a safetensors body: the
 trainer's new weights; only with `tracerl serve --accept-weights`). Handlers are plain functions, so FastAPI runs
@@ -11,13 +12,15 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tracerl.contract import to_dict
 from tracerl.serve.errors import APIError, validation_message
 from tracerl.serve.gateway import Gateway
+from tracerl.serve.responses import ResponsesRequest, response_events, to_chat, to_response
 from tracerl.serve.schemas import ChatRequest, CompletionRequest, EpisodeFinish, EpisodeStart
+from tracerl.serve.streaming import chat_chunks, completion_chunks
 
 
 def build_app(gateway: Gateway) -> FastAPI:
@@ -48,12 +51,28 @@ def build_app(gateway: Gateway) -> FastAPI:
         return gateway.models()
 
     @app.post("/v1/chat/completions")
-    def chat(body: ChatRequest, request: Request) -> dict:
-        return gateway.chat(body, request.headers)
+    def chat(body: ChatRequest, request: Request):
+        out = gateway.chat(body, request.headers)  # sampled and recorded (or refused) before any byte is sent
+        if body.stream:
+            usage = bool((body.stream_options or {}).get("include_usage"))
+            return StreamingResponse(chat_chunks(out, gateway.tokenizer, usage), media_type="text/event-stream")
+        return out
 
     @app.post("/v1/completions")
-    def completions(body: CompletionRequest, request: Request) -> dict:
-        return gateway.completion(body, request.headers)
+    def completions(body: CompletionRequest, request: Request):
+        out = gateway.completion(body, request.headers)
+        if body.stream:
+            usage = bool((body.stream_options or {}).get("include_usage"))
+            return StreamingResponse(completion_chunks(out, gateway.tokenizer, usage), media_type="text/event-stream")
+        return out
+
+    @app.post("/v1/responses")
+    def responses(body: ResponsesRequest, request: Request):
+        chat_req, strict = to_chat(body)
+        out = gateway.chat(chat_req, request.headers)
+        raw = gateway.tokenizer.decode(out["choices"][0]["token_ids"], skip_special_tokens=True)
+        resp = to_response(body, out, strict, raw)
+        return StreamingResponse(response_events(resp), media_type="text/event-stream") if body.stream else resp
 
     @app.post("/v1/weights")
     async def weights(request: Request, version: int) -> dict:

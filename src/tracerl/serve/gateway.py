@@ -22,7 +22,9 @@ from tracerl.serve.chat import canonical, extend, render_full, reply_canonical, 
 from tracerl.serve.episodes import EpisodeRegistry
 from tracerl.serve.errors import APIError, bad_request, not_found
 from tracerl.serve.records import CallRecord
+from tracerl.serve.rows import sample_rows
 from tracerl.serve.schemas import ChatRequest, CompletionRequest
+from tracerl.serve.tool_choice import pattern_for
 
 
 def _context_limit(engine) -> int:
@@ -80,6 +82,9 @@ class Gateway:
     # -- calls -----------------------------------------------------------------------------------
     def chat(self, req: ChatRequest, headers: Mapping[str, str]) -> dict:
         episode, parent = self._checks(req, headers)
+        pattern = pattern_for(req.tools, req.tool_choice, req.response_format)  # 400 before anything is sampled
+        if req.top_logprobs and not req.logprobs:
+            raise bad_request("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
         canon = [canonical(m) for m in req.messages]
         ext, prompt, tools_used = None, None, []
         if episode is not None:
@@ -92,18 +97,21 @@ class Gateway:
         if prompt is None:
             prompt, roles = render_full(self.tokenizer, req.messages, req.tools, self._sampled_text)
             ext = None
-        span_id = uuid.uuid4().hex[:12]
-        call = self._sample("chat", req, prompt, roles, req.budget(), episode, parent, span_id)
-        message, is_call = reply_message(call.text, span_id, bool(req.tools))
-        for tc in message.get("tool_calls") or []:
-            self._sampled_text[tc["id"]] = call.text
-        call.messages, call.reply, call.tool_names, call.extends_span = canon, reply_canonical(message), tools_used, ext
-        if is_call and call.finish_reason == "stop":
-            call.finish_reason = "tool_calls"
-        self.registry.record(call)
-        choice = {"index": 0, "message": message, "finish_reason": call.finish_reason, "token_ids": call.completion_ids,
-                  "logprobs": {"content": self._logprob_entries(call)} if req.logprobs else None}
-        return self._response("chat.completion", call, choice)
+        calls = self._sample("chat", req, prompt, roles, req.budget(), episode, parent, pattern=pattern,
+                             top=(req.top_logprobs or 0) if req.logprobs else 0)
+        choices = []
+        for i, call in enumerate(calls):  # each sample is its own span
+            message, is_call = reply_message(call.text, call.span_id, bool(req.tools) and req.tool_choice != "none")
+            for tc in message.get("tool_calls") or []:
+                self._sampled_text[tc["id"]] = call.text
+            call.messages, call.reply, call.tool_names, call.extends_span = canon, reply_canonical(message), tools_used, ext
+            if is_call and call.finish_reason == "stop":
+                call.finish_reason = "tool_calls"
+            self.registry.record(call)
+            choices.append({"index": i, "message": message, "finish_reason": call.finish_reason,
+                            "token_ids": call.completion_ids, "span_id": call.span_id,
+                            "logprobs": {"content": self._logprob_entries(call)} if req.logprobs else None})
+        return self._response("chat.completion", calls, choices)
 
     def completion(self, req: CompletionRequest, headers: Mapping[str, str]) -> dict:
         if req.echo:
@@ -125,42 +133,42 @@ class Gateway:
         if not prompt:
             raise bad_request("the prompt is empty; send at least one token", param="prompt")
         roles = [TokenRole.PROMPT] * len(prompt)
-        call = self._sample("completion", req, prompt, roles, req.budget(), episode, parent, uuid.uuid4().hex[:12])
-        if episode is not None and episode.calls:
-            last = episode.calls[-1]
-            if prompt[:len(last.prompt_ids) + len(last.completion_ids)] == last.prompt_ids + last.completion_ids:
-                call.extends_span = last.span_id
-                n = len(last.prompt_ids) + len(last.completion_ids)
-                call.prompt_roles = roles[:n] + [TokenRole.OBSERVATION] * (len(prompt) - n)  # what came back to the agent
-        self.registry.record(call)
-        lp = None
-        if req.logprobs is not None:
-            toks = [self.tokenizer.decode([t]) for t in call.completion_ids]
-            offsets, pos = [], 0
-            for t in toks:
-                offsets.append(pos)
-                pos += len(t)
-            lp = {"tokens": toks, "token_logprobs": call.logprobs, "text_offset": offsets, "top_logprobs": None}
-        choice = {"index": 0, "text": call.text, "finish_reason": call.finish_reason, "token_ids": call.completion_ids,
-                  "logprobs": lp}
-        return self._response("text_completion", call, choice)
+        calls = self._sample("completion", req, prompt, roles, req.budget(), episode, parent,
+                             pattern=pattern_for(None, None, req.response_format), top=req.logprobs or 0)
+        choices, last = [], episode.calls[-1] if episode is not None and episode.calls else None
+        for i, call in enumerate(calls):
+            if last is not None:
+                if prompt[:len(last.prompt_ids) + len(last.completion_ids)] == last.prompt_ids + last.completion_ids:
+                    call.extends_span = last.span_id
+                    n = len(last.prompt_ids) + len(last.completion_ids)
+                    call.prompt_roles = roles[:n] + [TokenRole.OBSERVATION] * (len(prompt) - n)  # came back to the agent
+            self.registry.record(call)
+            lp = None
+            if req.logprobs is not None:
+                toks = [self.tokenizer.decode([t]) for t in call.completion_ids]
+                offsets, pos = [], 0
+                for t in toks:
+                    offsets.append(pos)
+                    pos += len(t)
+                tops = [{self.tokenizer.decode([t]): v for t, v in row} for row in call.top_logprobs] \
+                    if call.top_logprobs is not None else None
+                lp = {"tokens": toks, "token_logprobs": call.logprobs, "text_offset": offsets, "top_logprobs": tops}
+            choices.append({"index": i, "text": call.text, "finish_reason": call.finish_reason,
+                            "token_ids": call.completion_ids, "span_id": call.span_id, "logprobs": lp})
+        return self._response("text_completion", calls, choices)
 
     # -- shared ----------------------------------------------------------------------------------
     def _checks(self, req, headers: Mapping[str, str]):
         if req.model != self.model_name:
             raise not_found(f"the model {req.model!r} does not exist; this gateway serves {self.model_name!r} "
                             "(GET /v1/models)", param="model", code="model_not_found")
-        if req.stream:
-            raise bad_request("streaming is not supported; send the request with stream=false", param="stream")
-        if req.n != 1:
-            raise bad_request("only n=1 is supported; send one request per sample", param="n")
         meta = req.metadata or {}
         eid = headers.get("x-episode-id") or meta.get("episode_id")
         parent = headers.get("x-parent-span-id") or meta.get("parent_span_id")
         episode = self.registry.open_episode(str(eid)) if eid else None
         return episode, (str(parent) if parent else None)
 
-    def _sample(self, kind, req, prompt, roles, budget, episode, parent, span_id) -> CallRecord:
+    def _sample(self, kind, req, prompt, roles, budget, episode, parent, *, pattern=None, top: int = 0) -> list[CallRecord]:
         room = self.max_context - len(prompt)
         if room <= 0 or (budget is not None and budget > room):
             want = budget or 1
@@ -175,33 +183,38 @@ class Gateway:
         stops = tuple(dict.fromkeys([*self.stop_strings, *req.stops()]))
         t0 = time.time()
         try:
-            sample, version = self.worker.submit(prompt, budget, sampling, stops, req.seed,
-                                                 tuple(int(t) for t in req.stop_token_ids or ()))
+            rows = sample_rows(self, prompt, budget, sampling, stops, req.seed,
+                               tuple(int(t) for t in req.stop_token_ids or ()), n=req.n, pattern=pattern, top_logprobs=top)
         except APIError:
             raise
         except Exception as err:
             raise APIError(500, f"the engine failed on this call ({type(err).__name__}: {str(err)[:200]}); "
                            "nothing was recorded, retry the call", type="server_error", code="engine_error") from None
-        return CallRecord(span_id=span_id, kind=kind, episode_id=episode.episode_id if episode else None,
-                          parent_span_id=parent, model=req.model, prompt_ids=list(prompt), prompt_roles=list(roles),
-                          completion_ids=list(sample.token_ids), logprobs=list(sample.logprobs),
-                          finish_reason=sample.finish, policy_version=version,
-                          sampling={**sampling, "seed": req.seed, "max_tokens": budget, "stop": list(stops)},
-                          started=t0, latency_s=time.time() - t0, entropies=list(sample.entropies),
-                          text=self.tokenizer.decode(sample.token_ids, skip_special_tokens=True))
+        extra = {"constraint": pattern.name} if pattern is not None else {}
+        return [CallRecord(span_id=uuid.uuid4().hex[:12], kind=kind, episode_id=episode.episode_id if episode else None,
+                           parent_span_id=parent, model=req.model, prompt_ids=list(prompt), prompt_roles=list(roles),
+                           completion_ids=list(sample.token_ids), logprobs=list(sample.logprobs),
+                           finish_reason=sample.finish, policy_version=version,
+                           sampling={**sampling, "seed": req.seed, "max_tokens": budget, "stop": list(stops), **extra},
+                           started=t0, latency_s=time.time() - t0, entropies=list(sample.entropies),
+                           text=self.tokenizer.decode(sample.token_ids, skip_special_tokens=True), top_logprobs=tops)
+                for sample, version, tops in rows]
 
     def _logprob_entries(self, call: CallRecord) -> list[dict]:
-        out = []
-        for t, lp in zip(call.completion_ids, call.logprobs):
+        def entry(t, lp):
             piece = self.tokenizer.decode([t])
-            out.append({"token": piece, "logprob": lp, "bytes": list(piece.encode()), "top_logprobs": []})
-        return out
+            return {"token": piece, "logprob": lp, "bytes": list(piece.encode())}
+        tops = call.top_logprobs or [[] for _ in call.completion_ids]
+        return [{**entry(t, lp), "top_logprobs": [entry(a, b) for a, b in top]}
+                for t, lp, top in zip(call.completion_ids, call.logprobs, tops)]
 
-    def _response(self, obj: str, call: CallRecord, choice: dict) -> dict:
+    def _response(self, obj: str, calls: list[CallRecord], choices: list[dict]) -> dict:
+        call, done = calls[0], sum(len(c.completion_ids) for c in calls)
         return {"id": ("chatcmpl-" if obj == "chat.completion" else "cmpl-") + call.span_id, "object": obj,
-                "created": int(call.started), "model": self.model_name, "choices": [choice],
-                "usage": {"prompt_tokens": len(call.prompt_ids), "completion_tokens": len(call.completion_ids),
-                          "total_tokens": len(call.prompt_ids) + len(call.completion_ids)},
+                "created": int(call.started), "model": self.model_name, "choices": choices,
+                "usage": {"prompt_tokens": len(call.prompt_ids), "completion_tokens": done,
+                          "total_tokens": len(call.prompt_ids) + done},
                 "prompt_token_ids": call.prompt_ids,
-                "tracerl": {"span_id": call.span_id, "episode_id": call.episode_id, "parent_span_id": call.parent_span_id,
-                            "policy_version": call.policy_version, "extends_span": call.extends_span}}
+                "tracerl": {"span_id": call.span_id, "span_ids": [c.span_id for c in calls], "episode_id": call.episode_id,
+                            "parent_span_id": call.parent_span_id, "policy_version": call.policy_version,
+                            "extends_span": call.extends_span}}

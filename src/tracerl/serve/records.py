@@ -32,10 +32,12 @@ class CallRecord:
     reply: dict | None = None  # chat: the assistant message returned
     tool_names: list[str] = dataclasses.field(default_factory=list)  # tools the extension's observations answer
     extends_span: str | None = None  # the call whose prompt + completion this prompt extends token for token
+    top_logprobs: list[list[tuple[int, float]]] | None = None  # per token: the k likeliest (id, log-prob), when asked
 
     def as_json(self) -> dict:
         d = dataclasses.asdict(self)
         d.pop("entropies")
+        d.pop("top_logprobs")
         d["prompt_roles"] = [TokenRole(r).label for r in self.prompt_roles]
         return d
 

@@ -62,8 +62,10 @@ class _Sampling(_Body):
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None  # vLLM extension: token ids that end the completion (beside EOS)
     seed: int | None = None
-    n: int = Field(1, ge=1)
-    stream: bool = False
+    n: int = Field(1, ge=1, le=16)  # the samples of one call, one engine batch, each its own span
+    stream: bool = False  # server-sent events (serve/streaming.py), sent once the samples are drawn
+    stream_options: dict[str, Any] | None = None  # {"include_usage": true}: a last chunk with the usage
+    response_format: dict[str, Any] | None = None  # text | json_object, enforced by constrained decoding
     metadata: dict[str, Any] | None = None  # episode_id / parent_span_id may ride here
 
     def stops(self) -> list[str]:
@@ -77,7 +79,7 @@ class ChatRequest(_Sampling):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=0)  # only the sampled token's log-prob is returned
+    top_logprobs: int | None = Field(None, ge=0, le=20)  # the k likeliest tokens under the sampled distribution
 
     def budget(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
@@ -86,7 +88,7 @@ class ChatRequest(_Sampling):
 class CompletionRequest(_Sampling):
     prompt: str | list[int] | list[str] | list[list[int]]
     max_tokens: int | None = Field(16, ge=1)
-    logprobs: int | None = Field(None, ge=0, le=1)  # 0 or 1: the sampled token's log-prob
+    logprobs: int | None = Field(None, ge=0, le=20)  # the sampled token's log-prob and the k likeliest tokens
     echo: bool = False
 
     def budget(self) -> int | None:
