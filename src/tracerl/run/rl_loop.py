@@ -30,6 +30,7 @@ from tracerl.rollout import run_episodes
 from tracerl.store.credit import per_trajectory, record_credit
 from tracerl.tasks import Sampler
 from tracerl.telemetry import GateTripped, step_metrics
+from tracerl.telemetry.progress import bars_on
 from tracerl.rollout.async_source import AsyncState, async_algorithm
 from tracerl.train.learner import Learner, build_learner
 from tracerl.train.roles import Roles
@@ -155,6 +156,7 @@ def train_rl(model, tokenizer, engine, sampler: Sampler, recipe: Recipe, *, spec
     cfg = recipe.rl
     state = state or RLState()
     until = cfg.steps if until is None else until
+    progress = bars_on(progress)  # a bar on a terminal only; redirected output gets the plain step lines
     algo = async_algorithm(cfg.algorithm) if cfg.mode == "async" else cfg.algorithm
     ln = build_learner(recipe, algo, model, tokenizer, spec=spec, state=state, reference=reference,
                        stage_index=stage_index)

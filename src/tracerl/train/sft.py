@@ -17,6 +17,7 @@ from tracerl.contract.roles import TokenRole
 from tracerl.models.device import model_device
 from tracerl.train.batch import action_mask, pad_batch
 from tracerl.train.optim import make_optimizer, warmup_cosine
+from tracerl.telemetry.progress import bars_on
 from tracerl.train.roles import score_tokens
 
 
@@ -43,7 +44,7 @@ def train_sft(model, tokenizer, examples: list[tuple[list[int], list[TokenRole]]
     sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
     model.train()
     t0, step, loss_ema = time.time(), 0, None
-    bar = tqdm(total=total, desc="sft", disable=not progress, leave=False)
+    bar = tqdm(total=total, desc="sft", disable=not bars_on(progress), leave=False)  # a terminal only
     for _ in range(cfg.epochs):
         order = list(range(len(examples)))
         rng.shuffle(order)
