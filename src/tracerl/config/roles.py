@@ -55,8 +55,17 @@ class GraderConfig(Cfg):
     prompt: str | None = None
     """Judge prompt template with `{question}` and `{response}`; null uses the shipped one. Its SHA-256 is
     in the manifest and in each verdict's trajectory."""
-    threshold: float = Field(0.5, gt=0, lt=1)
-    """Accept when P(yes) / (P(yes) + P(no)) is at least this."""
+    threshold: float | None = Field(None, gt=0, lt=1)
+    """Accept when P(yes) / (P(yes) + P(no)) is at least this; null: the threshold that maximises balanced
+    accuracy on the environments' audit sets (chosen before the run, stored in the manifest)."""
+    min_auroc: float = Field(0.75, ge=0, le=1)
+    """Declared floor: a judge whose AUROC on the audit set (good vs wrong and injected wrong outputs) is
+    below this is refused (exit 2, one sentence) before anything is written."""
+    min_balanced_accuracy: float = Field(0.7, ge=0, le=1)
+    """Declared floor on balanced accuracy at the threshold, likewise."""
+    refuse_uncalibrated: bool = True
+    """false: a judge that fails its calibration (a floor, or instructions to the judge raising a wrong
+    answer above every plain wrong one) is still used, its calibration recorded (measurements, tests)."""
     weight: float = Field(1.0, gt=0)
     """Weight of the `judge` component in `replace` mode."""
     max_response_tokens: int = Field(256, ge=8)

@@ -141,7 +141,8 @@ def _preflight(recipe: Recipe, stages: list[str]):
     check_model_setup(recipe)  # train/model_setup.py
     if engine_problem(recipe.engine):  # engine.name=vllm without vLLM or a GPU: one sentence, nothing written
         raise UserError(engine_problem(recipe.engine))
-    grader = GraderRole.build(recipe.roles.grader, default_device=recipe.model.device) if "rl" in stages else None
+    grader = GraderRole.build(recipe.roles.grader, default_device=recipe.model.device,  # calibrated on the audit sets
+                              envs=[e.name for e in recipe.envs] or [recipe.env.name]) if "rl" in stages else None
     return grader, gateway_rollout(recipe)  # an external agent through the gateway, else the agent loop
 
 

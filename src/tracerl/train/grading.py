@@ -33,6 +33,44 @@ def response_text(traj: Trajectory, tokenizer) -> str:
     return tokenizer.decode(traj.token_ids[first:], skip_special_tokens=True)
 
 
+def audit_set(envs: list[str] | tuple[str, ...]) -> list[tuple[str, str, bool]]:
+    """(question, response, is_good) from each environment's audit set (its turns joined)."""
+    import json
+
+    from tracerl.envs import get_env
+    from tracerl.verifiers.audit import get_audit
+
+    out = []
+    for name in dict.fromkeys(envs):
+        get_env(name)  # importing the environment registers its audit set
+        try:
+            _, cases = get_audit(name)
+        except UserError:
+            continue  # an environment without an audit set adds nothing
+        for case in cases:
+            try:
+                turns = json.loads(case.output)
+            except ValueError:
+                turns = [case.output]
+            response = "".join(turns) if isinstance(turns, list) else case.output
+            out.append((_question(case.task) if hasattr(case.task, "prompt") else str(case.task), response,
+                        bool(case.should_reward)))
+    return out
+
+
+def calibrate(grader: LearnedGrader, cfg: GraderConfig, envs) -> None:
+    """Calibrate `grader` on the audit sets of `envs`: the threshold maximising balanced accuracy
+    (unless `cfg.threshold` is set), AUROC, and the injection slice; the result is kept on the grader
+    (and so in the manifest). Raises UserError naming the problem when the judge cannot separate."""
+    cases = audit_set(envs)
+    cal = grader.calibrate(cases, threshold=cfg.threshold, min_auroc=cfg.min_auroc,
+                           min_balanced_accuracy=cfg.min_balanced_accuracy)
+    if cal.problem and cfg.refuse_uncalibrated:
+        raise UserError(f"roles.grader: the judge {cfg.path} is refused: {cal.problem} ({cal.n_pos} good, "
+                        f"{cal.n_neg} wrong and {cal.n_injected} injected audit outputs of {', '.join(envs)}); "
+                        f"use a stronger judge or a task with a deterministic verifier.")
+
+
 class GraderRole:
     def __init__(self, cfg: GraderConfig, grader: LearnedGrader):
         self.cfg, self.grader = cfg, grader
@@ -41,8 +79,10 @@ class GraderRole:
         self._cut = 0
 
     @classmethod
-    def build(cls, cfg: GraderConfig | None, *, default_device: str = "cpu") -> GraderRole | None:
-        """The grader of `cfg` on `cfg.device` (null: `default_device`, the recipe's model.device)."""
+    def build(cls, cfg: GraderConfig | None, *, default_device: str = "cpu",
+              envs: list[str] | tuple[str, ...] = ()) -> GraderRole | None:
+        """The grader of `cfg` on `cfg.device` (null: `default_device`, the recipe's model.device),
+        calibrated on the audit sets of `envs` (see `calibrate`); a judge that fails it is refused."""
         if cfg is None:
             return None
         from tracerl.models.device import resolve_device
@@ -51,13 +91,15 @@ class GraderRole:
                                 what="roles.grader.device" if cfg.device else "model.device")
         try:
             grader = LearnedGrader.from_path(cfg.path, gguf_file=cfg.gguf_file, prompt=cfg.prompt or DEFAULT_PROMPT,
-                                             threshold=cfg.threshold, max_response_tokens=cfg.max_response_tokens)
+                                             threshold=cfg.threshold or 0.5, max_response_tokens=cfg.max_response_tokens)
         except UserError as err:
             raise UserError(f"roles.grader.path: {err}".replace("set model.path", "set roles.grader.path")
                             .replace("set model.gguf_file", "set roles.grader.gguf_file")) from None
         except ValueError as err:
             raise UserError(f"roles.grader: {err}") from None
         grader.model.to(device)
+        if envs:
+            calibrate(grader, cfg, envs)
         return cls(cfg, grader)
 
     def apply(self, trajs: list[Trajectory], tasks: list, tokenizer) -> None:
