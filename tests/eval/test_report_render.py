@@ -118,3 +118,19 @@ def test_held_out_series_are_kept_apart_by_their_protocol_tag(tmp_path):
     assert load_series(tmp_path) == {("eval", "eval/aaaaaaaaaaaa/avg@2"): [(0, 0.25)],
                                      ("eval", "eval/bbbbbbbbbbbb/avg@2"): [(0, 0.5)],
                                      ("eval", "eval/math/avg@2"): [(2, 0.75)]}
+
+
+def test_before_after_of_a_run_over_several_environments(tmp_path):
+    from tracerl.eval.report.results import before_after
+
+    (tmp_path / "summary.json").write_text(json.dumps({"evals": [
+        {"after": "sft", "step": 0, "protocol": {"math": "aaaaaaaaaaaa", "words": "bbbbbbbbbbbb"}, "eval/success": 0.25,
+         "eval/math/success": 0.5, "eval/words/success": 0.0, "eval/pass@1": 0.25},
+        {"after": "rl step 1", "step": 1, "protocol": {}, "eval/success": 0.3},  # in-RL: not a before/after row
+        {"after": "rl", "step": 2, "protocol": {"math": "aaaaaaaaaaaa", "words": "bbbbbbbbbbbb"}, "eval/success": 0.5,
+         "eval/math/success": 0.75, "eval/words/success": 0.25, "eval/pass@1": 0.5}]}))
+    header, rows = before_after([("r", tmp_path)], {"aaaaaaaaaaaa": "math heldout", "bbbbbbbbbbbb": "words heldout"})
+    assert header == ["after", "step", "held-out success", "pass@1", "math success", "words success", "tool calls",
+                      "truncation", "infra fail", "protocol"]
+    assert rows == [["sft", 0, 0.25, 0.25, 0.5, 0.0, None, None, None, "math heldout; words heldout"],
+                    ["rl", 2, 0.5, 0.5, 0.75, 0.25, None, None, None, "math heldout; words heldout"]]

@@ -27,6 +27,13 @@ def summary_evals(run_path: Path) -> list[dict[str, Any]]:
     return [e for e in evals if not str(e.get("after", "")).startswith("rl step")]
 
 
+def _protocol(column: str | dict[str, str], labels: dict[str, str]) -> str:
+    """A readable protocol: one column, or (a run over several environments) one column per environment."""
+    if isinstance(column, dict):
+        return "; ".join(labels.get(c, c) for _, c in sorted(column.items()))
+    return labels.get(column, column)
+
+
 def before_after(runs: list[tuple[str, Path]], labels: dict[str, str]) -> tuple[list[str], list[list[Any]]]:
     """Header and rows: per run and evaluation, held-out success, pass@k, per-environment success (runs over
     several environments), tool calls, truncation and infra failures, and the protocol. A run without
@@ -41,7 +48,7 @@ def before_after(runs: list[tuple[str, Path]], labels: dict[str, str]) -> tuple[
         rows.append(([name] if len(runs) > 1 else []) + [e.get("after", ""), e.get("step", ""), e.get("eval/success")]
                     + [e.get(f"eval/pass@{k}") for k in ks] + [e.get(f"eval/{env}/success") for env in envs]
                     + [e.get("eval/tool_calls_per_episode"), e.get("eval/truncation_rate"),
-                       e.get("eval/infra_failure_rate"), labels.get(e.get("protocol", ""), e.get("protocol", ""))])
+                       e.get("eval/infra_failure_rate"), _protocol(e.get("protocol", ""), labels)])
     if rows:
         return header, rows
     header = (["run"] if len(runs) > 1 else []) + ["after", "checkpoint", "held-out success", "metrics", "protocol"]
