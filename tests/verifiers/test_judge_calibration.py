@@ -109,7 +109,7 @@ def test_the_math_tool_audit_set_has_both_kinds():
     assert all(isinstance(q, str) and q and isinstance(r, str) for q, r, _ in cases)
 
 
-def _train_judge(model, tok, steps=60):
+def _train_judge(model, tok, steps=25):
     """A tiny judge trained in the test: next token yes after right sums, no after wrong ones."""
     g = LearnedGrader(model, tok, model_revision="train")
     rows = [(g._prompt_ids(q, r)[0], good) for q, r, good in CASES]
