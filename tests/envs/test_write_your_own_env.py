@@ -49,6 +49,21 @@ def test_the_expert_runs_sft_collection_at_its_default_error_rate(monkeypatch):
     assert len(demos) == len(tasks) == 80  # 99 secrets less the 19 multiples of 5, which are held out
     # the expert's guess always stays in the range the hints leave open, so it always finds the secret
     assert all(d.reward > 0 for d in demos)
+    # under smoke's 3 turns most episodes are truncated, and the count says so (the guide quotes this line)
+    from tracerl.train.demos import collect_demos_counted
+
+    kept, count = collect_demos_counted(spec, tasks, seed=0, max_turns=3)
+    assert len(kept) == count.kept == 4 and count.truncated == 76 and count.infra_failure == 0
+    assert count.line() in " ".join(DOC.read_text().split())
+    assert collect_demos_counted(spec, tasks, seed=0, max_turns=10)[1].line() == "80 of 80 demonstrations used"
+
+
+def doc_command(prefix: str) -> list[str]:
+    """The guide's command line that starts with `prefix` on a line of its own (in a shell block), split into words."""
+    import shlex
+
+    (line,) = [x for x in DOC.read_text().splitlines() if x.startswith(prefix)]
+    return shlex.split(line)
 
 
 def _cli(*args, cwd, timeout=300):
@@ -71,9 +86,13 @@ def test_the_doc_example_trains_from_the_cli_with_import(tmp_path):
     missing = _cli("train", "smoke", "env.name=guess", f"run.dir={tmp_path / 'no'}", cwd=tmp_path, timeout=120)
     assert missing.returncode == 2 and "unknown environment 'guess'" in missing.stderr
     assert not (tmp_path / "no").exists()  # failed before the run directory was created
-    proc = _cli("train", "smoke", "--import", "guess_env", "env.name=guess", "env.max_turns=8",
-                f"run.dir={tmp_path / 'run'}", "run.threads=1", cwd=tmp_path)
+    command = doc_command("tracerl train smoke --import guess_env")  # the guide's one-minute command, as printed
+    assert command[:2] == ["tracerl", "train"]
+    proc = _cli(*command[1:], f"run.dir={tmp_path / 'run'}", "run.threads=1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # it trains on every demonstration, and says so before SFT
+    assert "collected 80 expert demonstrations through guess" in proc.stdout
+    assert ": 80 of 80 demonstrations used\n" in proc.stdout and "sft: 80 demonstrations" in proc.stdout
     evals = json.loads((tmp_path / "run" / "summary.json").read_text())["evals"]
     assert [e["after"] for e in evals] == ["sft", "rl"]
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())

@@ -151,3 +151,37 @@ def test_one_step_number_names_one_update_in_metrics_store_export_and_report(run
     assert eval_steps == stored_evals == {0, steps}
     proc = _run("inspect", str(run_dir), "--stage", "rl", "--color", "never", "--limit", "1")
     assert proc.returncode == 0 and f"step {steps}, stage rl: showing 1 of {per_step}" in proc.stdout
+
+
+def test_messages_export_is_an_sft_file_that_trains(run_dir, tmp_path):
+    """`export --format messages` writes OpenAI `messages` rows that `sft.data` loads and SFT trains on."""
+    from tracerl.contract import is_success
+    from tracerl.store import RunDir
+    from tracerl.train.sft_data import load_conversations
+
+    _, per_step, _ = _sizes()
+    out = tmp_path / "rl.jsonl"
+    proc = _run("export", str(run_dir), "--format", "messages", "--stage", "rl", "--step", "1", "--out", str(out))
+    assert proc.returncode == 0 and f"wrote {per_step} conversations to {out}" in proc.stderr, proc.stderr
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    demos = load_conversations(out)  # the SFT loader accepts every line
+    assert len(demos) == len(rows) == per_step and all(r["step"] == 1 and r["stage"] == "rl" for r in rows)
+    run = RunDir(run_dir)
+    try:
+        stored = {t.trajectory_id: t for t in run.store.trajectories(stage="rl")}
+        successes = sum(map(is_success, run.store.trajectories()))
+    finally:
+        run.close()
+    for row, demo in zip(rows, demos):
+        traj = stored[row["trajectory_id"]]
+        assert [m["role"] for m in row["messages"][:2]] == ["system", "user"] and demo.task.prompt in row["messages"][1]["content"]
+        assert row["reward"] == traj.reward and len(demo.turns) >= 1  # at least one assistant message
+    # --correct: a run's good episodes only, as many as the store holds successes
+    good = tmp_path / "good.jsonl"
+    assert _run("export", str(run_dir), "--format", "messages", "--correct", "--out", str(good)).returncode == 0
+    assert len(good.read_text().splitlines()) == successes
+    assert _run("export", str(run_dir), "--correct").returncode == 2  # only meaningful for an SFT file
+    # the round trip: SFT from the exported file, every conversation used
+    trained = _run("train", "smoke", f"run.dir={tmp_path / 'sft'}", f"sft.data={out}", "stages=[sft]", "run.threads=1")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert f"sft: {per_step} conversations from {out}" in trained.stdout and "sft: final loss" in trained.stdout

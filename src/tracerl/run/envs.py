@@ -20,7 +20,7 @@ from tracerl.envs.base import get_env
 from tracerl.errors import UserError
 from tracerl.rollout.faults import wrap_spec
 from tracerl.tasks import TaskPool, build_pool
-from tracerl.train.demos import collect_demos
+from tracerl.train.demos import collect_demos_counted
 from tracerl.run.multienv import EnvRoute, resolve_routes
 
 
@@ -101,14 +101,15 @@ class RunEnvs:
 
     def collect_demos(self, recipe, *, say) -> tuple[list, dict[str, int]]:
         """Each environment's expert demonstrations on its first training tasks, and their count per environment."""
-        t0, demos, counts = time.time(), [], {}
+        t0, demos, counts, lines = time.time(), [], {}, {}
         for r in self.routes:
-            got = collect_demos(r.spec, self.pools[r.name].train[: r.demos], seed=recipe.run.seed,
-                                max_turns=r.env.max_turns, expert_kwargs=expert_kwargs(recipe, r.expert_error_rate))
-            counts[r.name] = len(got)
+            got, count = collect_demos_counted(r.spec, self.pools[r.name].train[: r.demos], seed=recipe.run.seed,
+                                               max_turns=r.env.max_turns,
+                                               expert_kwargs=expert_kwargs(recipe, r.expert_error_rate))
+            counts[r.name], lines[r.name] = len(got), count.line()  # "80 of 80 demonstrations used", or why not
             demos += got
         total, took = max(1, len(demos)), f"{time.time() - t0:.1f}s"
         say(f"collected {len(demos)} expert demonstrations in {took}: "
-            + ", ".join(f"{n} {c} ({c / total:.0%})" for n, c in counts.items()) if self.mixed
-            else f"collected {len(demos)} expert demonstrations through {self.name} in {took}")
+            + ", ".join(f"{n} {c} ({c / total:.0%}; {lines[n]})" for n, c in counts.items()) if self.mixed
+            else f"collected {len(demos)} expert demonstrations through {self.name} in {took}: {lines[self.name]}")
         return demos, counts

@@ -9,6 +9,13 @@ Each record carries, besides the contract fields:
 - `advantage` and `loss_weight`: what the learner gave the trajectory (`store.credit`), null for
   episodes that never reached an update (evaluation, profiling, filtered groups).
 
+`step` is the number the console, metrics.jsonl and checkpoints use: an RL episode's is the update
+that trained on it (1..N; `rl step 2/N`, checkpoint `step_2`), an evaluation's the number of updates
+before it (0 before RL).
+
+`--format messages` writes instead one OpenAI `messages` conversation per episode (store/messages.py),
+a file `sft.data` trains on; `--correct` keeps only the episodes that succeeded (`contract.is_success`).
+
 A stage filter matches by prefix at `/` boundaries: `--stage eval` selects `eval/<hash>` too. A
 filter that matches nothing is an error naming the stages the run has, and writes no file.
 Parquet keeps nested fields as structs (spans as a list of structs); JSON-free-form fields whose
@@ -148,13 +155,45 @@ def export_parquet(run: RunDir, path: Path, *, stage: str | None = None, step: i
     return len(recs)
 
 
-def export(run_dir: str, fmt: str, out: str | None, stage: str | None = None, step: int | None = None) -> int:
+def export_messages(run: RunDir, out: IO[str], *, stage: str | None = None, step: int | None = None,
+                    correct: bool = False) -> tuple[int, int]:
+    """One `{"id", "messages", ...}` line per episode (an `sft.data` file); returns (written, skipped: no action)."""
+    from tracerl.contract import is_success
+    from tracerl.store.messages import messages_row
+
+    tok = run_tokenizer(run)
+    if tok is None:
+        raise UserError(f"{run.path} has no tokenizer folder, so its tokens cannot be turned back into messages; "
+                        "export a run that `tracerl train` wrote (it saves RUN_DIR/tokenizer)")
+    n = skipped = 0
+    for st, sp, traj in rows(run, stage=stage, step=step):
+        if correct and not is_success(traj):
+            continue
+        row = messages_row(st, sp, traj, tok)
+        if row is None:
+            skipped += 1
+            continue
+        out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        n += 1
+    return n, skipped
+
+
+def export(run_dir: str, fmt: str, out: str | None, stage: str | None = None, step: int | None = None,
+           correct: bool = False) -> int:
     run = RunDir(run_dir)
     try:
         if fmt == "parquet" and not out:
             raise UserError("parquet is binary; give a file with --out FILE.parquet")
         if stage is not None or step is not None:
             _check_filter(run, stage, step)  # before any file is opened: a bad filter writes nothing
+        if fmt == "messages":
+            with (open(out, "w", encoding="utf-8") if out else _Unclosed(sys.stdout)) as f:
+                n, skipped = export_messages(run, f, stage=stage, step=step, correct=correct)
+            if skipped:
+                print(f"{skipped} episode(s) without an action left out (nothing to train on)", file=sys.stderr)
+            return n
+        if correct:
+            raise UserError("--correct selects episodes for an SFT file; use it with --format messages")
         if fmt == "parquet":
             return export_parquet(run, Path(out), stage=stage, step=step)
         if out:
@@ -163,3 +202,16 @@ def export(run_dir: str, fmt: str, out: str | None, stage: str | None = None, st
         return export_jsonl(run, sys.stdout, stage=stage, step=step)
     finally:
         run.close()
+
+
+class _Unclosed:
+    """Standard output as a context manager that leaves it open."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __enter__(self):
+        return self.stream
+
+    def __exit__(self, *exc):
+        self.stream.flush()
