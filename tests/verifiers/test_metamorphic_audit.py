@@ -59,10 +59,11 @@ def test_unit_test_audit_has_no_false_positives(box):
 
 
 def test_environments_register_audits_and_the_cli_reports_them(capsys):
-    leaky = NumericMatch(rel_tol=1.0)  # a deliberately loose verifier: 1 is "close to" 2
+    # a deliberately loose verifier: 1.5 is "close to" 2.5 (|1| <= 1.0 * 2.5; integers would compare exactly)
+    leaky = NumericMatch(rel_tol=1.0)
     register_audit("test_env_leaky", lambda: (leaky, [
-        AuditCase("good", {"answer": "2"}, "<answer>2</answer>", True),
-        AuditCase("off-by-one", {"answer": "2"}, "<answer>1</answer>", False, "a wrong number within tolerance")]))
+        AuditCase("good", {"answer": "2.5"}, "<answer>2.5</answer>", True),
+        AuditCase("off-by-one", {"answer": "2.5"}, "<answer>1.5</answer>", False, "a wrong number within tolerance")]))
     assert "test_env_leaky" in audit_names()
     assert main(["audit", "test_env_leaky"]) == 1
     out = capsys.readouterr().out
