@@ -50,6 +50,9 @@ def run_check(args) -> int:
     from tracerl.tasks.sources import load_task_file
 
     src = load_task_file(args.file, license=args.license, split=args.split)
+    if not src.tasks and not src.errors:  # an empty or all-blank file is not a task file that passes
+        raise UserError(f"{args.file} holds no task rows (it is empty or blank); write one task per line, "
+                        'e.g. {"id": "t1", "prompt": "What is 2+3?", "answer": "5"}')
     for err in src.errors:
         print(err)
     status = "bad" if src.errors else "ok"

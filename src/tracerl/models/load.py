@@ -82,6 +82,26 @@ def _check_config_json(path: Path) -> None:
                         "restore the model's config.json") from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type", ""), str):
         raise UserError(f"{path} is not a Hugging Face model config (a JSON object with model_type); restore it")
+    from transformers import CONFIG_MAPPING
+
+    kind = config.get("model_type")
+    if not kind:
+        raise UserError(f"{path} has no model_type, so transformers cannot tell which architecture to build; "
+                        "restore the model's config.json (e.g. \"model_type\": \"llama\")")
+    if kind not in CONFIG_MAPPING:
+        raise UserError(f"{path} names model_type {kind[:80]!r}, which this transformers does not know; "
+                        "restore the model's config.json or upgrade transformers")
+
+
+def _from_pretrained(what: str, p: Path, load, **kwargs):
+    """`load(p, **kwargs)`; a folder transformers cannot read (missing or broken tokenizer or weight files)
+    is a `UserError` naming the folder, the part and transformers' reason."""
+    try:
+        return load(p, **kwargs)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        reason = " ".join(str(exc).split())[:200]
+        raise UserError(f"could not load the {what} from {p} ({type(exc).__name__}: {reason}); "
+                        f"point model.path at a complete Hugging Face model folder") from None
 
 
 def load_model_and_tokenizer(path: str | Path, *, gguf_file: str | None = None, dtype: str = "float32",
@@ -104,8 +124,8 @@ def load_model_and_tokenizer(path: str | Path, *, gguf_file: str | None = None, 
     if gguf_file:
         kwargs["gguf_file"] = gguf_file
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-    tokenizer = AutoTokenizer.from_pretrained(p, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(p, dtype=torch_dtype, **kwargs)
+    tokenizer = _from_pretrained("tokenizer", p, AutoTokenizer.from_pretrained, **kwargs)
+    model = _from_pretrained("model", p, AutoModelForCausalLM.from_pretrained, dtype=torch_dtype, **kwargs)
     if gguf_file:
         model = plain_module(model)
     if tokenizer.pad_token_id is None:
