@@ -39,6 +39,7 @@ from tracerl.rollout import ray_backend
 from tracerl.run.common import RunResult, _print_table, _quiet_transformers, _resume_point, _say
 from tracerl.run.envs import RunEnvs, expert_kwargs  # noqa: F401 (expert_kwargs: this module's API)
 from tracerl.run.manifest import run_manifest
+from tracerl.run.prompt_budget import check_prompt_budget
 from tracerl.run.sft_stage import load_sft_data, run_sft_stage
 from tracerl.envs.dataset import install as install_dataset_env
 
@@ -74,6 +75,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
         model, tokenizer = _build_tiny_model(recipe, run, envs, demos)
     tokenizer.save_pretrained(run.path / "tokenizer")
     hashes = tokenizer_hashes(tokenizer)
+    check_prompt_budget(envs, tokenizer)  # a prompt that fills env.max_tokens: one sentence, not a run of zeros
     if resume is None:
         run.write_manifest(run_manifest(recipe, envs, config_yaml=config_yaml, hashes=hashes, grader=grader,
                                         sft_counts=sft_counts))
