@@ -59,7 +59,7 @@ def _run(model, tok, recipe, store, spec, *, factory=None, state=None, log=None,
 
 def _stored(store, stage, steps):
     return [[(t.token_ids, t.policy_versions, [x for x in t.behavior_logprobs if x == x])  # NaN off the actions
-             for t in store.trajectories(stage=stage, step=s)] for s in range(steps)]
+             for t in store.trajectories(stage=stage, step=s)] for s in range(1, steps + 1)]  # steps 1..N
 
 
 @pytest.mark.timeout(900)  # spawns rollout worker processes (slow to import on a loaded machine)
