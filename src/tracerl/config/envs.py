@@ -47,9 +47,11 @@ class EnvConfig(Cfg):
     """Total tokens per episode (prompt included) before truncation (max_tokens)."""
     max_new_tokens: int = Field(64, ge=1, le=1 << 24)
     """Tokens the policy may write in one turn."""
-    step_timeout_s: float | None = Field(None, gt=0)
+    step_timeout_s: float | None = Field(30.0, gt=0)
     """Wall seconds one environment step (a tool call) may take; a slower one ends its episode as an
-    infra_failure (the other episodes go on). Null: no limit beyond the sandbox's own."""
+    infra_failure (the other episodes of the step go on, so one hung tool costs its episode and at most
+    this long, not the run). The default is above the sandbox's own per-call wall limit (20 s), so a
+    program the sandbox ends stays an observation the policy sees. Null: no deadline."""
     watchdog_s: float | None = Field(None, gt=0, le=86400)
     """A rollout phase (the engine's generate, a turn's env steps) running longer is reported by name; null: off."""
     infra_retries: int = Field(0, ge=0, le=10)

@@ -10,8 +10,8 @@ budgets (max_turns, max_tokens). Episodes of one call are batched through the en
 Speed without changing a token: the engine session keeps each episode's KV cache across turns (only
 the last action token and the observation are fed), and a turn's environment steps (tool calls)
 run at once (one thread per episode: rollout/env_threads.py), applied in episode order. A step that does not return
-within `LoopBudgets.step_timeout_s` ends its episode as `infra_failure` (its thread is abandoned;
-the other episodes go on). A row whose `generate` fails ends its episode as `infra_failure`
+within `LoopBudgets.step_timeout_s` (default 30 s, `env.step_timeout_s`) ends its episode as `infra_failure`
+(its thread is abandoned; the other episodes go on: a hung tool costs its episode, not the step). A row whose `generate` fails ends its episode as `infra_failure`
 (`engine_error`); a phase past `watchdog_s` is reported by name; with `infra_retries` an
 infrastructure failure is played again (fresh reset seed), up to that many times, and the final
 episode records its `attempt` and the `retry_lineage` of the ones it replaced (rollout/guard.py).
@@ -44,7 +44,7 @@ class LoopBudgets:
     max_turns: int = 4
     max_tokens: int = 256
     max_new_tokens: int = 64
-    step_timeout_s: float | None = None  # an env step (tool call) slower than this is an infra failure
+    step_timeout_s: float | None = 30.0  # an env step (tool call) slower than this is an infra failure (None: none)
     watchdog_s: float | None = None  # a generate or env-step phase longer than this is reported by name
     infra_retries: int = 0  # an infra_failure episode is played again up to this many times
 
