@@ -57,9 +57,10 @@ def setup(request, tiny, tiny_dir):
         from tracerl.serve import Gateway
         from tracerl.serve.server import ServerThread
 
-        gw = Gateway(TorchEngine(copy.deepcopy(learner), tok), model_name="tiny", accept_weights=True)
+        gw = Gateway(TorchEngine(copy.deepcopy(learner), tok), model_name="tiny", accept_weights=True,
+                     api_keys=("conformance-key",))  # weight pushes need a key
         srv = ServerThread(gw).start()
-        engine = RemoteEngine(srv.base_url, "tiny", tok)
+        engine = RemoteEngine(srv.base_url, "tiny", tok, api_key="conformance-key")
         closers += [engine.close, srv.stop, gw.close]
     else:
         from tracerl.rollout.vllm_engine import VLLMEngine, vllm_problem

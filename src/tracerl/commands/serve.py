@@ -3,6 +3,10 @@
 Every call is recorded as a span (`--spans FILE`, JSONL); episodes are started and finished over
 HTTP. With `--env NAME` the gateway knows that environment's generated tasks, so an episode can be
 finished with a task id whose verifier tracerl runs.
+
+With `--api-key` (or `TRACERL_API_KEY`, several keys separated by commas) every route needs
+`Authorization: Bearer KEY`; a key is required whenever the server listens beyond loopback or takes
+weight pushes (`--accept-weights`), and the command refuses to start without one (exit 2).
 """
 
 from __future__ import annotations
@@ -23,6 +27,16 @@ def register(sub) -> None:
     p.add_argument("--spans", default=None, help="append every call and episode record to this JSONL file")
     p.add_argument("--accept-weights", action="store_true",
                    help="accept POST /v1/weights?version=N (a trainer pushing new weights; rollout/remote_engine.py)")
+    p.add_argument("--api-key", action="append", default=[],
+                   help="a key clients must send as 'Authorization: Bearer KEY' (repeatable: one per client, and "
+                        "episodes belong to the key that started them); default: $TRACERL_API_KEY (comma-separated). "
+                        "Required beyond loopback and with --accept-weights")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20,
+                   help="largest request body (bytes; default 1 MiB); weight pushes may be the model's size")
+    p.add_argument("--call-timeout", type=float, default=300.0,
+                   help="seconds a call may wait for the engine before a 503 (default 300)")
+    p.add_argument("--require-episode-token", action="store_true",
+                   help="reading or finishing an episode needs its X-Episode-Token even with the creator's key")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.set_defaults(func=run)
 
@@ -39,6 +53,18 @@ def run(args) -> int:
         raise UserError("tracerl serve needs fastapi and uvicorn; install them with pip install 'tracerl[serve]'") from None
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port {args.port} is not a port; give 0..65535 (0 picks a free one)")
+    import os
+
+    from tracerl.serve.server import key_problem
+
+    keys = [k.strip() for k in (args.api_key or os.environ.get("TRACERL_API_KEY", "").split(",")) if k.strip()]
+    if any(len(k) < 8 for k in keys):
+        raise UserError("an API key is shorter than 8 characters; give --api-key a longer secret")
+    problem = key_problem(args.host, args.accept_weights, keys)
+    if problem:
+        raise UserError(problem)
+    if args.max_body_bytes < 1024 or args.call_timeout <= 0:
+        raise UserError("--max-body-bytes must be at least 1024 and --call-timeout above 0; give larger values")
     import torch
 
     from tracerl.models import tokenizer_hashes
@@ -58,16 +84,20 @@ def run(args) -> int:
         verifier, env_name = EnvVerifier(spec, tasks), spec.name
         stops = list(dict.fromkeys([*spec.stop_strings, *stops]))
     registry = EpisodeRegistry(verifier=verifier, idle_timeout_s=args.episode_timeout, span_log=args.spans,
-                               env_name=env_name, tokenizer_hashes=tokenizer_hashes(tok))
+                               env_name=env_name, tokenizer_hashes=tokenizer_hashes(tok),
+                               require_token=args.require_episode_token)
     name = args.name or Path(str(args.model).rstrip("/")).name
     gw = Gateway(TorchEngine(model, tok), model_name=name, registry=registry, default_max_tokens=args.max_tokens,
-                 stop_strings=tuple(stops), accept_weights=args.accept_weights)
+                 stop_strings=tuple(stops), accept_weights=args.accept_weights, api_keys=tuple(keys),
+                 max_body_bytes=args.max_body_bytes, call_timeout_s=args.call_timeout)
     srv = ServerThread(gw, host=args.host, port=args.port)
     try:
         srv.start()
     except (RuntimeError, OSError) as err:
         raise UserError(f"could not listen on {args.host}:{args.port} ({err}); pick another --port") from None
-    print(f"tracerl serve: model {name!r} at {srv.base_url} (policy version {gw.policy_version}); Ctrl-C stops", flush=True)
+    auth = f"{len(keys)} API key(s)" if keys else "no API key: loopback clients only"
+    print(f"tracerl serve: model {name!r} at {srv.base_url} (policy version {gw.policy_version}; {auth}); Ctrl-C stops",
+          flush=True)
     try:
         srv._thread.join()
     except KeyboardInterrupt:

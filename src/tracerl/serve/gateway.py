@@ -17,14 +17,16 @@ import uuid
 from collections.abc import Mapping
 
 from tracerl.contract.roles import TokenRole
-from tracerl.serve.batcher import EngineWorker
+from tracerl.serve.batcher import EngineTimeout, EngineWorker
 from tracerl.serve.chat import canonical, extend, render_full, reply_canonical, reply_message
-from tracerl.serve.episodes import EpisodeRegistry
+from tracerl.serve.episodes import BoundedDict, EpisodeRegistry
 from tracerl.serve.errors import APIError, bad_request, not_found
+from tracerl.serve.guard import PRINCIPAL_HEADER
 from tracerl.serve.records import CallRecord
 from tracerl.serve.rows import sample_rows
 from tracerl.serve.schemas import ChatRequest, CompletionRequest
 from tracerl.serve.tool_choice import pattern_for
+from tracerl.serve.weights import apply_state, check_version, checked_state
 
 
 def _context_limit(engine) -> int:
@@ -36,15 +38,20 @@ class Gateway:
     def __init__(self, engine, *, model_name: str = "tracerl", registry: EpisodeRegistry | None = None,
                  max_context: int | None = None, default_max_tokens: int = 256, stop_strings: tuple[str, ...] = (),
                  sampling_override: dict | None = None, max_batch: int = 16, seed: int = 0,
-                 accept_weights: bool = False):
+                 accept_weights: bool = False, api_keys: tuple[str, ...] = (), max_body_bytes: int = 1 << 20,
+                 call_timeout_s: float = 300.0, body_timeout_s: float = 30.0):
         self.engine, self.tokenizer, self.model_name = engine, engine.tokenizer, model_name
+        # guard.py: every route needs one of `api_keys` (when any); bodies over `max_body_bytes` are refused
+        self.api_keys, self.max_body_bytes, self.body_timeout_s = tuple(api_keys), max_body_bytes, body_timeout_s
+        self.call_timeout_s = call_timeout_s  # the longest a call waits for the engine (503 after)
         self.registry = registry or EpisodeRegistry()
         self.max_context = max_context or _context_limit(engine)
         self.default_max_tokens, self.stop_strings = default_max_tokens, tuple(stop_strings)
         self.sampling_override = sampling_override  # a trainer pins the sampling its learner scores under
-        self.worker = EngineWorker(engine, max_batch=max_batch, seed=seed)
+        self.worker = EngineWorker(engine, max_batch=max_batch, seed=seed, timeout_s=call_timeout_s)
         self.accept_weights = accept_weights  # POST /v1/weights (a trainer pushing new weights by version)
-        self._sampled_text: dict[str, str] = {}  # tool call id -> the text the model sampled for it
+        self._sampled_text: BoundedDict = BoundedDict(8192)  # tool call id -> the text the model sampled for it
+        self._pushed = False  # a weight push has been taken (versions must then increase strictly)
         self.created = int(time.time())
 
     # -- weights ---------------------------------------------------------------------------------
@@ -58,17 +65,20 @@ class Gateway:
             self.worker.policy_version = int(version)
 
     def load_weights(self, state_dict, version: int) -> None:
-        """New weights for the engine's model, tagged `version`, between two batches (docs/engines.md)."""
-        model = self.engine.model
-        own = model.state_dict()
-        unknown = sorted(set(state_dict) - set(own))
-        if unknown or any(tuple(own[k].shape) != tuple(v.shape) for k, v in state_dict.items()):
-            bad = unknown[:1] or [k for k, v in state_dict.items() if tuple(own[k].shape) != tuple(v.shape)][:1]
-            raise bad_request(f"the pushed weights do not fit the served model (tensor {bad[0]!r}); push the "
-                              "state_dict of the model this server serves", param="weights")
-        with self.worker.lock:
-            model.load_state_dict(state_dict, strict=False)
-            self.worker.policy_version = int(version)
+        """New weights for the engine's model, tagged `version`, between two batches (docs/engines.md).
+        Every tensor and the version are checked first (serve/weights.py); a refusal changes nothing."""
+        own = self.engine.model.state_dict()
+        check_version(int(version), self.policy_version, self._pushed)
+        checked = checked_state(own, state_dict)
+        if not self.worker.lock.acquire(timeout=self.call_timeout_s):
+            raise APIError(503, f"the engine stayed busy for {self.call_timeout_s:g} s; push the weights again",
+                           type="server_error", code="engine_busy")
+        try:
+            check_version(int(version), self.policy_version, self._pushed)  # a push that raced this one
+            apply_state(own, checked)
+            self.worker.policy_version, self._pushed = int(version), True
+        finally:
+            self.worker.lock.release()
 
     def close(self) -> None:
         self.worker.close()
@@ -162,10 +172,20 @@ class Gateway:
         if req.model != self.model_name:
             raise not_found(f"the model {req.model!r} does not exist; this gateway serves {self.model_name!r} "
                             "(GET /v1/models)", param="model", code="model_not_found")
+        vocab = len(self.tokenizer)
+        if any(not 0 <= t < vocab for t in req.stop_token_ids or ()):
+            raise bad_request(f"'stop_token_ids' must lie in [0, {vocab}), this model's vocabulary", param="stop_token_ids")
+        if req.top_k is not None and req.top_k > vocab:
+            raise bad_request(f"'top_k' {req.top_k} is larger than this model's vocabulary ({vocab}); send at most "
+                              f"{vocab}, or 0 for no limit", param="top_k")
         meta = req.metadata or {}
         eid = headers.get("x-episode-id") or meta.get("episode_id")
         parent = headers.get("x-parent-span-id") or meta.get("parent_span_id")
-        episode = self.registry.open_episode(str(eid)) if eid else None
+        token = headers.get("x-episode-token") or meta.get("episode_token")
+        episode = None
+        if eid:
+            episode = self.registry.open_episode(str(eid), principal=headers.get(PRINCIPAL_HEADER, ""),
+                                                 token=str(token) if token else None)
         return episode, (str(parent) if parent else None)
 
     def _sample(self, kind, req, prompt, roles, budget, episode, parent, *, pattern=None, top: int = 0) -> list[CallRecord]:
@@ -187,6 +207,9 @@ class Gateway:
                                tuple(int(t) for t in req.stop_token_ids or ()), n=req.n, pattern=pattern, top_logprobs=top)
         except APIError:
             raise
+        except EngineTimeout:
+            raise APIError(503, f"the engine did not answer within {self.call_timeout_s:g} s (busy or stuck); retry "
+                           "the call later", type="server_error", code="engine_timeout") from None
         except Exception as err:
             raise APIError(500, f"the engine failed on this call ({type(err).__name__}: {str(err)[:200]}); "
                            "nothing was recorded, retry the call", type="server_error", code="engine_error") from None

@@ -1,39 +1,49 @@
 """Request bodies of the gateway: the OpenAI fields it honours, plus the vLLM / tracerl extensions.
 
 Fields an OpenAI client may send and the gateway does not use are ignored (`extra="ignore"`);
-messages are checked strictly, so a malformed conversation is a 400 naming the message.
+messages are checked strictly, so a malformed conversation is a 400 naming the message. Every number
+that reaches the engine has bounds (a seed fits a torch generator, a budget fits any context, a
+temperature is finite), and the OpenAI fields the gateway accepts but does not apply (penalties,
+`logit_bias`, `user`) are range-checked as OpenAI does, so an out-of-range value is a 400, not silence.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+
+MAX_TOKENS = 1 << 20  # no context is longer; a budget above it is refused before the context check
+INT64 = 1 << 63
+Text = Annotated[str, Field(max_length=1 << 20)]
+Stop = Annotated[str, Field(min_length=1, max_length=1024)]
+TokenId = Annotated[int, Field(ge=0, lt=1 << 31)]
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)  # strict: no "5" or true for a number
 
 
 class FunctionCall(BaseModel):
-    name: str
-    arguments: str = "{}"
+    model_config = ConfigDict(strict=True)
+    name: str = Field(max_length=256)
+    arguments: Text = "{}"
 
 
 class ToolCallIn(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    id: str
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: str = Field(max_length=256)
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
-    tool_calls: list[ToolCallIn] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
+    content: Text | list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCallIn] | None = Field(None, max_length=128)
+    tool_call_id: str | None = Field(None, max_length=256)
+    name: str | None = Field(None, max_length=256)
 
     @model_validator(mode="after")
     def _check(self) -> ChatMessage:
@@ -56,12 +66,18 @@ class ChatMessage(BaseModel):
 
 class _Sampling(_Body):
     model: str
-    temperature: float | None = Field(None, ge=0.0, le=100.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=0)  # vLLM extension
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None  # vLLM extension: token ids that end the completion (beside EOS)
-    seed: int | None = None
+    temperature: float | None = Field(None, ge=0.0, le=100.0, allow_inf_nan=False)
+    top_p: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
+    top_k: int | None = Field(None, ge=0, le=MAX_TOKENS)  # vLLM extension (0: no limit; at most the vocabulary)
+    stop: Stop | list[Stop] | None = Field(None, max_length=16)
+    # vLLM extension: token ids that end the completion (beside EOS)
+    stop_token_ids: list[TokenId] | None = Field(None, max_length=64)
+    seed: int | None = Field(None, ge=-INT64, lt=INT64)  # what torch.Generator().manual_seed takes
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0, allow_inf_nan=False)  # accepted, not applied
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0, allow_inf_nan=False)  # accepted, not applied
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100, allow_inf_nan=False)]] | None = Field(
+        None, max_length=1024)  # accepted, not applied
+    user: str | None = Field(None, max_length=256)
     n: int = Field(1, ge=1, le=16)  # the samples of one call, one engine batch, each its own span
     stream: bool = False  # server-sent events (serve/streaming.py), sent once the samples are drawn
     stream_options: dict[str, Any] | None = None  # {"include_usage": true}: a last chunk with the usage
@@ -73,12 +89,12 @@ class _Sampling(_Body):
 
 
 class ChatRequest(_Sampling):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=4096)
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool = False
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    logprobs: StrictBool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)  # the k likeliest tokens under the sampled distribution
 
     def budget(self) -> int | None:
@@ -87,7 +103,7 @@ class ChatRequest(_Sampling):
 
 class CompletionRequest(_Sampling):
     prompt: str | list[int] | list[str] | list[list[int]]
-    max_tokens: int | None = Field(16, ge=1)
+    max_tokens: int | None = Field(16, ge=1, le=MAX_TOKENS)
     logprobs: int | None = Field(None, ge=0, le=20)  # the sampled token's log-prob and the k likeliest tokens
     echo: bool = False
 
@@ -97,16 +113,16 @@ class CompletionRequest(_Sampling):
 
 class EpisodeStart(_Body):
     episode_id: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
-    task_id: str | None = None
-    group_id: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    task_id: str | None = Field(None, max_length=256)
+    group_id: str | None = Field(None, max_length=256)
+    metadata: dict[str, Any] = Field(default_factory=dict, max_length=64)
 
 
 class EpisodeFinish(_Body):
-    reward: float | None = Field(None, allow_inf_nan=False)
-    task_id: str | None = None
-    answer: str | None = None  # the agent's final answer for the task's verifier (default: the last completion)
-    error: str | None = None  # the agent failed: the episode ends as infra_failure, no reward
+    reward: float | None = Field(None, ge=-1e9, le=1e9, allow_inf_nan=False)
+    task_id: str | None = Field(None, max_length=256)
+    answer: Text | None = None  # the agent's final answer for the task's verifier (default: the last completion)
+    error: Text | None = None  # the agent failed: the episode ends as infra_failure, no reward
 
     @model_validator(mode="after")
     def _one(self) -> EpisodeFinish:
