@@ -20,3 +20,7 @@ class GatewayConfig(Cfg):
     """An open episode with no call or finish for this long ends as `wall_timeout` (the reaper)."""
     model_name: str = Field("tracerl-policy", min_length=1)
     """The model id the gateway serves (what the agent passes as `model`)."""
+    max_body_bytes: int = Field(1 << 20, ge=1024)
+    """The largest request body the gateway reads (413 above it, before parsing); `tracerl serve --max-body-bytes`."""
+    call_timeout_s: float = Field(300.0, gt=0, allow_inf_nan=False)
+    """The longest a call waits for the engine before a 503 (`tracerl serve --call-timeout`)."""

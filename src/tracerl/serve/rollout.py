@@ -68,10 +68,12 @@ class GatewayRollout:
 
         self.verifier = EnvVerifier(spec, [])
         registry = EpisodeRegistry(verifier=self.verifier, idle_timeout_s=self.cfg.idle_timeout_s, span_log=self.span_log,
-                                   env_name=spec.name, tokenizer_hashes=tokenizer_hashes)
+                                   env_name=spec.name, tokenizer_hashes=tokenizer_hashes,
+                                   finished_ttl_s=None)  # kept until this rollout pops them
         self.gateway = Gateway(engine, model_name=self.cfg.model_name, registry=registry,
                                default_max_tokens=budgets.max_new_tokens, stop_strings=spec.stop_strings,
-                               max_batch=max(16, self.cfg.concurrency))
+                               max_batch=max(16, self.cfg.concurrency), max_body_bytes=self.cfg.max_body_bytes,
+                               call_timeout_s=self.cfg.call_timeout_s)
         self.server = ServerThread(self.gateway).start()
         self.http = httpx.Client(base_url=self.server.base_url, timeout=60)
 
