@@ -12,6 +12,7 @@ recorded, so a bad request changes nothing an episode holds.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Mapping
@@ -79,6 +80,13 @@ class Gateway:
             self.worker.policy_version, self._pushed = int(version), True
         finally:
             self.worker.lock.release()
+
+    @functools.cached_property
+    def max_prompt_chars(self) -> int:
+        """More characters than this cannot fit the context whatever they tokenize to (no token spells more
+        than the vocabulary's longest token string), so such a request is refused before it is tokenized."""
+        longest = max((len(t) for t in self.tokenizer.get_vocab()), default=1)
+        return self.max_context * max(longest, 1)
 
     def close(self) -> None:
         self.worker.close()
@@ -172,6 +180,12 @@ class Gateway:
         if req.model != self.model_name:
             raise not_found(f"the model {req.model!r} does not exist; this gateway serves {self.model_name!r} "
                             "(GET /v1/models)", param="model", code="model_not_found")
+        messages, prompt = getattr(req, "messages", None) or [], getattr(req, "prompt", None)
+        texts = [prompt] if isinstance(prompt, str) else [x for x in prompt or [] if isinstance(x, str)]
+        chars = sum(len(m.text()) for m in messages) + sum(map(len, texts))
+        if chars > self.max_prompt_chars:
+            raise bad_request(f"the prompt has {chars} characters, more than this model's {self.max_context}-token context "
+                              "can hold; shorten the messages", param="messages", code="context_length_exceeded")
         vocab = len(self.tokenizer)
         if any(not 0 <= t < vocab for t in req.stop_token_ids or ()):
             raise bad_request(f"'stop_token_ids' must lie in [0, {vocab}), this model's vocabulary", param="stop_token_ids")
