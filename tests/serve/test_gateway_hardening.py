@@ -64,6 +64,17 @@ CASES += [  # messages and text
     _raw("/chat/completions", b"[" * 100_000 + b"]" * 100_000),  # nesting deep enough to break a recursive parser
     _raw("/chat/completions", b'{"model": "tiny", "messages": [{"role": "user", "content": "' + b"x" * (2 << 20) + b'"}]}'),
 ]
+CASES += [  # the Responses API, streaming and the constrained fields take the same checks
+    ("/responses", {"model": "tiny", "input": "hi", "max_output_tokens": BIG}),
+    ("/responses", {"model": "tiny", "input": "hi", "temperature": -1}),
+    ("/responses", {"model": "tiny", "input": "hi", "top_logprobs": BIG}), ("/responses", {"model": "tiny", "input": 5}),
+    ("/responses", {"model": "tiny", "input": [{"role": "user", "content": 7}]}), ("/responses", {"input": "hi"}),
+    _raw("/responses", b'{"model": "tiny", "input": "\\ud800 \ud800"}'),
+    _chat(stream=True, max_tokens=BIG), _chat(stream="yes"), _chat(stream=True, n=BIG),
+    _chat(tool_choice={"type": "function", "function": {"name": "nope"}}), _chat(tool_choice=5),
+    _chat(response_format={"type": "xml"}), _chat(response_format="json"),
+    _comp(stream=True, logprobs=BIG), _comp(n=-1),
+]
 CASES += [  # episodes
     ("/episodes", {"episode_id": "../../etc"}), ("/episodes", {"episode_id": "x" * 500}),
     ("/episodes", {"task_id": 5}), ("/episodes", {"metadata": "m"}),

@@ -38,7 +38,7 @@ _REFUSED = {"previous_response_id": "nothing is stored between calls; send the w
 
 
 class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)  # strict: no "5" or "yes" for a number or a flag
     model: str
     input: str | list[dict[str, Any]]
     instructions: str | None = None
@@ -66,6 +66,8 @@ class ResponsesRequest(BaseModel):
 def _text(content, where: str) -> str:
     if isinstance(content, str):
         return content
+    if not isinstance(content, list | None):  # a number, an object: not text (400, not a TypeError's 500)
+        raise bad_request(f"{where}: content must be a string or a list of text parts", param="input")
     parts = []
     for p in content or []:
         if not isinstance(p, dict) or p.get("type") not in ("input_text", "output_text", "text"):
