@@ -224,6 +224,8 @@ def test_a_call_that_waits_too_long_gets_a_503_not_a_hang(gateway, client):
         t0 = time.perf_counter()
         r = _post(srv, "/completions", {"model": "tiny", "prompt": "Ann", "max_tokens": 2})
         assert r.status_code == 503 and r.json()["error"]["code"] == "engine_timeout"
+        r = _post(srv, "/completions", {"model": "tiny", "prompt": "Ann", "max_tokens": 2, "n": 2})  # its own batch
+        assert r.status_code == 503 and r.json()["error"]["code"] == "engine_timeout"
         assert time.perf_counter() - t0 < 5
     gw.worker.timeout_s = gw.call_timeout_s = 60
     assert client.completions.create(model="tiny", prompt="Ann", max_tokens=2).choices[0].token_ids

@@ -62,8 +62,13 @@ class Gateway:
 
     def set_policy_version(self, version: int) -> None:
         """Tag later samples with `version`; waits for the batch in flight (weights change between batches)."""
-        with self.worker.lock:
+        if not self.worker.lock.acquire(timeout=self.call_timeout_s):
+            raise TimeoutError(f"the gateway's engine stayed busy for {self.call_timeout_s:g} s; the policy version "
+                               "was not changed")
+        try:
             self.worker.policy_version = int(version)
+        finally:
+            self.worker.lock.release()
 
     def load_weights(self, state_dict, version: int) -> None:
         """New weights for the engine's model, tagged `version`, between two batches (docs/engines.md).

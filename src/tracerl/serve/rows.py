@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from tracerl.serve.batcher import EngineTimeout
 from tracerl.serve.constrained import constrained_generate, rescore_top
 from tracerl.serve.errors import bad_request
 
@@ -23,7 +24,9 @@ def sample_rows(gw, prompt: list[int], budget: int, sampling: dict, stops: tuple
     worker = gw.worker
     gen = torch.Generator().manual_seed(seed) if seed is not None else worker._gen
     all_stops = list(dict.fromkeys([engine.tokenizer.eos_token_id, *stop_ids]))
-    with worker.lock:
+    if not worker.lock.acquire(timeout=worker.timeout_s):  # every wait has a timeout (503 engine_timeout)
+        raise EngineTimeout(f"the engine stayed busy for {worker.timeout_s:g} s")
+    try:
         version = worker.policy_version
         if pattern is None:
             samples = engine.generate([prompt] * n, max_new_tokens=budget, stop_strings=stops, stop_token_ids=all_stops,
@@ -36,4 +39,6 @@ def sample_rows(gw, prompt: list[int], budget: int, sampling: dict, stops: tuple
             samples, tops = [p[0] for p in pairs], [p[1] if top_logprobs else None for p in pairs]
         worker.batches += 1
         worker.rows += n
+    finally:
+        worker.lock.release()
     return [(s, version, t) for s, t in zip(samples, tops)]
