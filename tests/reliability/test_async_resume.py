@@ -28,13 +28,15 @@ from tracerl.rollout.agent_loop import LoopBudgets
 from tracerl.rollout.async_source import AsyncState
 from tracerl.rollout.workers import RolloutJob, RolloutResult
 from tracerl.run.rl_loop import RLState
-from tracerl.train.checkpoint import restore_rng, rng_states
+from tracerl.store import RunDir
+from tracerl.train.checkpoint import load_trainer_state, restore_rng, rng_states
 from tracerl.train.state_file import load_state, save_state
 
 TRACERL = [sys.executable, "-m", "tracerl.cli"]
 SMALL = ["run.threads=1", "rl.mode=async", "rl.max_staleness=1", "rl.checkpoint_every=1", "sft.epochs=1",
          "sft.demos=8", "env.train_tasks=24", "env.heldout_tasks=2", "stages=[sft,rl]", "rl.prompts_per_step=1",
-         "rl.group_size=2", "rl.minibatches=1", "rl.eval_every=0"]
+         "rl.group_size=2", "rl.minibatches=1", "rl.eval_every=0",
+         "faults.slow_call=1.0", "faults.slow_s=0.4"]  # every tool call 0.4 s slower: a job is in flight at each checkpoint
 
 
 def _traj() -> Trajectory:
@@ -107,7 +109,7 @@ def _wait_for_checkpoint(proc: subprocess.Popen, run_dir: Path, step: int, timeo
 def _kill_and_resume(run_dir: Path, steps: int, kill_after: list[tuple[int, float]]) -> dict:
     """Start the run, SIGKILL it after checkpoint k appears (plus a delay), resume, at each point; then let
     the last resume finish. Returns what happened."""
-    proc, restarts, kills = _train(run_dir, steps, resume=False), 0, 0
+    proc, restarts, kills, in_flight = _train(run_dir, steps, resume=False), 0, 0, []
     for k, delay in kill_after:
         _wait_for_checkpoint(proc, run_dir, k)
         time.sleep(delay)
@@ -116,6 +118,7 @@ def _kill_and_resume(run_dir: Path, steps: int, kill_after: list[tuple[int, floa
         out = proc.communicate()[0]
         assert proc.returncode == -signal.SIGKILL, out[-3000:]
         kills += 1
+        in_flight.append(_jobs_in_flight(run_dir))
         proc = _train(run_dir, steps, resume=True)
     out = proc.communicate(timeout=900)[0]
     assert proc.returncode == 0, out[-4000:]
@@ -123,7 +126,18 @@ def _kill_and_resume(run_dir: Path, steps: int, kill_after: list[tuple[int, floa
         steps_done = sorted({s for (s,) in db.execute("SELECT step FROM trajectories WHERE stage = 'rl'")})
         restarts = db.execute("SELECT COUNT(*) FROM events WHERE kind = 'async_restart'").fetchone()[0]
     leftovers = [p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith((".tmp-", ".old-"))]
-    return {"kills": kills, "steps": steps_done, "restarts": restarts, "leftovers": leftovers, "out": out}
+    return {"kills": kills, "steps": steps_done, "restarts": restarts, "leftovers": leftovers, "out": out,
+            "in_flight": in_flight}
+
+
+def _jobs_in_flight(run_dir: Path) -> int:
+    """How many in-flight jobs the checkpoint a resume starts from holds."""
+    run = RunDir(run_dir)
+    try:
+        state = RLState.from_dict(load_trainer_state(run.latest_checkpoint(say=lambda m: None)))
+    finally:
+        run.close()
+    return len(state.async_state.in_flight) if state.async_state else 0
 
 
 @pytest.mark.timeout(900)
@@ -131,7 +145,7 @@ def test_async_run_killed_with_jobs_in_flight_resumes(tmp_path):
     run_dir = tmp_path / "run"
     got = _kill_and_resume(run_dir, 2, [(1, 0.0)])  # η = 1: the next job is in flight when step 1 is saved
     assert len(got["steps"]) == 2, got["steps"]
-    assert got["restarts"] >= 1, "the checkpoint held no in-flight job: the test did not reach the failing case"
+    assert got["in_flight"][0] >= 1 and got["restarts"] >= 1, "no in-flight job at the kill: not the failing case"
     assert not got["leftovers"]
 
 
@@ -143,7 +157,8 @@ def test_async_run_killed_at_five_points_resumes_each_time(tmp_path):
     points = [(k, rng.uniform(0.0, 1.5)) for k in (1, 3, 5, 8, 10)]
     t0 = time.monotonic()
     got = _kill_and_resume(run_dir, 12, points)
-    print(f"async kill -9 at {[k for k, _ in points]}: {got['kills']} kills, {got['restarts']} in-flight restarts, "
+    print(f"async kill -9 at {[k for k, _ in points]}: {got['kills']} kills, in-flight jobs at each resume "
+          f"{got['in_flight']}, "
           f"steps {got['steps']}, {time.monotonic() - t0:.0f}s")
     assert got["kills"] == 5 and len(got["steps"]) == 12
-    assert got["restarts"] >= 1 and not got["leftovers"]
+    assert sum(got["in_flight"]) >= 3 and not got["leftovers"]  # most kills land with a job in flight
