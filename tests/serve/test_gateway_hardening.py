@@ -8,7 +8,6 @@ import socket
 import time
 
 import httpx
-import openai
 import pytest
 
 from tracerl.rollout import TorchEngine
@@ -69,7 +68,7 @@ CASES += [  # the Responses API, streaming and the constrained fields take the s
     ("/responses", {"model": "tiny", "input": "hi", "temperature": -1}),
     ("/responses", {"model": "tiny", "input": "hi", "top_logprobs": BIG}), ("/responses", {"model": "tiny", "input": 5}),
     ("/responses", {"model": "tiny", "input": [{"role": "user", "content": 7}]}), ("/responses", {"input": "hi"}),
-    _raw("/responses", b'{"model": "tiny", "input": "\\ud800 \ud800"}'),
+    _raw("/responses", rb'{"model": "tiny", "input": "\\ud800 \ud800"}'),  # an escaped backslash, then a lone one
     _chat(stream=True, max_tokens=BIG), _chat(stream="yes"), _chat(stream=True, n=BIG),
     _chat(tool_choice={"type": "function", "function": {"name": "nope"}}), _chat(tool_choice=5),
     _chat(response_format={"type": "xml"}), _chat(response_format="json"),
