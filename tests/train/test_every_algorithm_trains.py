@@ -24,7 +24,7 @@ TRAINER_KINDS = ("advantage", "loss", "kl", "correction", "reward", "selection",
 REACH = {
     "grpo": [], "dr_grpo": ["name=dr_grpo"], "rloo": ["name=rloo"], "reinforce_pp": ["name=reinforce_pp"],
     "reinforce_pp_baseline": ["name=reinforce_pp_baseline"],
-    "policy_loss": [], "clip_cov": ["clip_cov={ratio: 0.2, cov_low: -10, cov_high: 10}"],
+    "policy_loss": [], "gspo_loss": ["name=gspo"], "clip_cov": ["clip_cov={ratio: 0.2, cov_low: -10, cov_high: 10}"],
     "kl_cov": ["kl_cov={k: 0.2}"], "decoupled_ppo": ["decoupled={}"], "kl_loss": ["kl.coef=0.1"],
     "entropy_bonus": ["entropy.coef=0.01"], "positive_nll": ["nll={coef: 0.1}"],
     "k1": ["kl.coef=0.1", "kl.estimator=k1"], "k2": ["kl.coef=0.1", "kl.estimator=k2"],

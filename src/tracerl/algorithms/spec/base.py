@@ -263,6 +263,12 @@ class Algorithm(Part):
         return adv_B[:, None] * batch.mask_BT, stats
 
     # -- loss ------------------------------------------------------------------------------------
+    def surrogate(self, logprobs_BT: torch.Tensor, old_BT: torch.Tensor, adv_BT: torch.Tensor, mask_BT: torch.Tensor,
+                  *, weights_BT: torch.Tensor | None, **kw) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The surrogate when no Clip-Cov / KL-Cov / decoupled variant is set: PPO's token-level clip
+        (`policy_loss`); GSPO replaces it with its sequence-level one."""
+        return policy_loss(logprobs_BT, old_BT, adv_BT, mask_BT, **kw, dual_clip=self.dual_clip, weights_BT=weights_BT)
+
     def loss(self, mb: Batch, out: PolicyOutput, scores: dict[str, torch.Tensor], adv_BT: torch.Tensor,
              rewards_B: torch.Tensor, ctx: StepContext) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The minibatch loss to minimise: surrogate + KL + entropy + NLL terms, and their detached stats."""
@@ -293,8 +299,7 @@ class Algorithm(Part):
             loss, s = kl_cov(out.logprobs_BT, old, adv_BT, mask, k=self.kl_cov.k, coef=self.kl_cov.coef, weights_BT=weights,
                              **clip, **agg)
         else:
-            loss, s = policy_loss(out.logprobs_BT, old, adv_BT, mask, **clip, **agg, dual_clip=self.dual_clip,
-                                  weights_BT=weights)
+            loss, s = self.surrogate(out.logprobs_BT, old, adv_BT, mask, **clip, **agg, weights_BT=weights)
         stats = {**stats, **s, "pg_loss": loss.detach()}
         if self.kl.coef > 0:
             kl, s = kl_loss(out.full_logprobs_BT, scores["reference"], mask, estimator=self.kl.estimator,
