@@ -26,6 +26,7 @@ import numpy as np
 
 from tracerl.contract import TerminalReason, TokenRole, Trajectory, ids_sha256, validate
 from tracerl.eval.protocol import Protocol, write_results
+from tracerl.eval.record import metric_names, protocol_tags
 from tracerl.store import RunDir
 from tracerl.telemetry import MetricLoggers, step_metrics
 from tracerl.telemetry.exploration import tag_classifier, tokenizer_pieces
@@ -101,23 +102,23 @@ def synthetic_run(root: str | Path, *, steps: int = 12, groups: int = 4, group_s
                         n=4, ks=[1, 4])
     for s in range(6):  # a short supervised cold start before RL
         loggers.log({"sft/loss": 4.0 * math.exp(-s / 2) + 0.3, "sft/lr": 1e-3}, stage="sft", step=s)
-    for step in range(steps):
+    for step in range(1, steps + 1):  # updates are numbered 1..N, as a real run logs and stores them
         trajs = []
         for g in range(groups):
             a, b = rng.randrange(10), rng.randrange(10)
             for m in range(group_size):
-                trajs.append(_episode(tok, rng, f"s{step}-g{g}-m{m}", f"s{step}-g{g}", a, b, step=step,
-                                      p_correct=0.2 + 0.6 * step / steps))
+                trajs.append(_episode(tok, rng, f"s{step}-g{g}-m{m}", f"s{step}-g{g}", a, b, step=step - 1,
+                                      p_correct=0.2 + 0.6 * (step - 1) / steps))
         run.store.add_trajectories(trajs, stage="rl", step=step)
         rewards = np.array([t.reward for t in trajs])
         adv = rewards - np.repeat(rewards.reshape(groups, group_size).mean(1), group_size)
-        collapse = 2.0 * math.exp(-step / 4)  # entropy decays: the collapse a gate should catch
+        collapse = 2.0 * math.exp(-(step - 1) / 4)  # entropy decays: the collapse a gate should catch
         entropy = [[collapse * rng.uniform(0.5, 1.5) for _ in range(t.num_action_tokens)] for t in trajs]
-        logprobs = [[lp + rng.gauss(0, 0.05 * (1 + step / 4)) if not math.isnan(lp) else 0.0
+        logprobs = [[lp + rng.gauss(0, 0.05 * (1 + (step - 1) / 4)) if not math.isnan(lp) else 0.0
                      for lp in t.behavior_logprobs] for t in trajs]
-        metrics = step_metrics(trajs, advantages=adv, token_entropy=entropy, logprobs=logprobs, policy_version=step,
+        metrics = step_metrics(trajs, advantages=adv, token_entropy=entropy, logprobs=logprobs, policy_version=step - 1,
                                classify=classify,
-                               loss_stats={"approx_kl": 0.001 * (1 + step), "clip_frac_low": 0.01 * rng.random(),
+                               loss_stats={"approx_kl": 0.001 * step, "clip_frac_low": 0.01 * rng.random(),
                                            "clip_frac_high": 0.02 + 0.01 * step / steps, "loss": -0.1},
                                timings={"rollout": rng.uniform(3, 4), "verify": 0.4, "learner": rng.uniform(1, 1.5)})
         # what a dynamic-sampling curriculum over two sources reports (train.rl._task_metrics)
@@ -127,9 +128,9 @@ def synthetic_run(root: str | Path, *, steps: int = 12, groups: int = 4, group_s
                     "tasks/curriculum_mean": 0.8 - 0.6 * step / steps, "tasks/share/math": 0.7 + 0.02 * rng.random(),
                     "tasks/target/math": 0.7}
         loggers.log(metrics, stage="rl", step=step)
-        if step % 4 == 3:
+        if step % 4 == 0:  # eval_every 4: after rl step 4, 8, ...
             ev = {"avg@4": 0.2 + 0.5 * step / steps, "pass@1": 0.2 + 0.5 * step / steps, "pass@4": 0.4 + 0.5 * step / steps}
-            loggers.log(protocol.metric_names(ev), stage="eval", step=step)
+            run.log_metrics(metric_names(ev), stage="eval", step=step, tags=protocol_tags(protocol))
     write_results(run.path, protocol, {"avg@4": 0.55, "pass@1": 0.55, "pass@4": 0.85})
     # the before/after rows `tracerl train` writes to summary.json (and prints) after SFT and after RL
     ends = [("sft", 0, 0.2), ("rl", steps, 0.45 + 0.1 * seed)]
@@ -138,7 +139,7 @@ def synthetic_run(root: str | Path, *, steps: int = 12, groups: int = 4, group_s
          "eval/pass@4": min(1.0, ok + 0.3), "eval/tool_calls_per_episode": 0.6, "eval/truncation_rate": 0.08,
          "eval/infra_failure_rate": 0.0} for after, step, ok in ends]}))
     run.store.add_event("gate", "gate entropy_floor: policy/entropy below the floor 0.3 for 3 consecutive step(s)",
-                        stage="rl", step=steps - 1, payload={"gate": "entropy_floor"})
+                        stage="rl", step=steps, payload={"gate": "entropy_floor"})
     loggers.close()
     run.close()
     return run.path

@@ -7,6 +7,7 @@ import pytest
 
 from tracerl.eval.aggregate import Sample, aggregate, maj_at, pass_at
 from tracerl.eval.protocol import Protocol, read_results, write_results
+from tracerl.eval.record import metric_names, protocol_tags
 
 
 def s(correct, answer=None, tools=0, errors=0):
@@ -69,7 +70,9 @@ def test_protocol_columns_and_results_files(tmp_path):
     p3 = proto(sampling={"temperature": 0.6})
     assert p1.column == p2.column and p1.sha256 != p2.sha256  # same procedure, different models
     assert p1.column != p3.column  # a different temperature is a different column
-    assert list(p1.metric_names({"pass@1": 0.5})) == [f"eval/{p1.column}/pass@1"]
+    # the column is recorded beside the numbers (the eval/protocol tag), never inside a metric name
+    assert not hasattr(p1, "metric_names")
+    assert metric_names({"pass@1": 0.5}) == {"eval/pass@1": 0.5} and protocol_tags(p1) == {"eval/protocol": p1.column}
     d1 = write_results(tmp_path, p1, aggregate(TASKS, [1, 2]), TASKS)
     write_results(tmp_path, p3, {"pass@1": 0.1})
     rec = json.loads((d1 / "protocol.json").read_text())

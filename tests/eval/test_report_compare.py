@@ -47,12 +47,12 @@ def test_protocol_labels_and_store_derived_series(runs):
     assert label == "math_tool heldout 20 tasks, n=4, T=1.0"
     series = breakdown_series(a)
     # 3 steps of 4 groups x 4 episodes, all math_tool, task source "arith"
-    assert [s for s, _ in series[("rl", "by_env/math_tool/reward")]] == [0, 1, 2]
+    assert [s for s, _ in series[("rl", "by_env/math_tool/reward")]] == [1, 2, 3]
     assert series[("rl", "by_env/math_tool/success")] == series[("rl", "by_source/arith/success")]
     rows = sample_table(a)
     assert {r["env"] for r in rows} == {"math_tool"}
-    assert [(r["step"], r["which"]) for r in rows] == [(0, "best"), (0, "worst"), (1, "best"), (1, "worst"),
-                                                       (2, "best"), (2, "worst")]
+    assert [(r["step"], r["which"]) for r in rows] == [(1, "best"), (1, "worst"), (2, "best"), (2, "worst"),
+                                                       (3, "best"), (3, "worst")]
     assert all(r["reward"] >= w["reward"] for r, w in zip(rows[::2], rows[1::2]))
     assert "<answer>" in rows[0]["completion"]  # decoded with the run's tokenizer
 

@@ -65,11 +65,11 @@ def test_page_is_self_contained_and_opens_with_results(run_path, capsys):
     table = page[page.index("id=\"before-after-table\""):page.index("</table>", page.index("before-after-table"))]
     assert re.search(r"<td>sft</td><td>0</td><td class=\"num\">0.2</td>", table)
     assert re.search(r"<td>rl</td><td>4</td><td class=\"num\">0.45</td>", table)
-    # gates: entropy_floor tripped (store event), kl_max held with its worst value 0.001·(1+3) = 0.004 at step 3
+    # gates: entropy_floor tripped (store event), kl_max held with its worst value 0.001·4 = 0.004 at rl step 4
     gates = page[page.index("id=\"gates-table\""):]
-    assert re.search(r"entropy_floor</td><td>policy/entropy</td><td>≥ 0.3</td><td>3</td>.*?tripped at step 3", gates)
+    assert re.search(r"entropy_floor</td><td>policy/entropy</td><td>≥ 0.3</td><td>3</td>.*?tripped at step 4", gates)
     assert re.search(r"kl_max</td><td>policy/approx_kl</td><td>≤ 0.5</td><td>1</td><td class=\"num\">0.004</td>"
-                     r"<td>3</td><td>held</td>", gates)
+                     r"<td>4</td><td>held</td>", gates)
 
 
 def test_plot_data_has_no_empty_panel(run_path):
@@ -81,7 +81,7 @@ def test_plot_data_has_no_empty_panel(run_path):
     by_id = {f["id"]: f for f in data["figures"]}
     assert {"reward", "heldout", "entropy", "time", "sft"} <= set(by_id)
     (reward,) = [s for s in by_id["reward"]["panels"][0]["series"] if s["label"] == "reward/mean"]
-    assert [x for x, _ in reward["pts"]] == [0, 1, 2, 3]  # the steps as metrics.jsonl records them
+    assert [x for x, _ in reward["pts"]] == [1, 2, 3, 4]  # the steps as metrics.jsonl records them (rl step 1..N)
     assert by_id["time"]["panels"][0]["stacked"] is True  # one run: the time breakdown is stacked bars
 
 

@@ -4,7 +4,9 @@ Samples n episodes per held-out task from a checkpoint (or a run's latest checkp
 avg@n, unbiased pass@k, maj@k and tool-use statistics under a `Protocol` record written beside the
 numbers (`<root>/eval/<protocol column>/<checkpoint>/`). For a run directory the task set, budgets
 and seed come from its config.yaml, so the held-out tasks are the ones the run never trained on;
-the results are also logged to the run as `eval/<column>/<name>` metrics at the checkpoint's step.
+the results are also logged to the run as `eval/<name>` metrics at the checkpoint's step (`eval/<env>/<name>`
+for one environment of an `envs:` run, as training logs it), with the protocol column as the tag
+`eval/protocol` (`eval/<env>/protocol`) beside them.
 
 Nothing evaluated here can run code: a checkpoint with a MANIFEST.json is verified (every path inside the
 folder, every size and hash) before anything is read, its trainer state is JSON and safetensors, and a
@@ -43,6 +45,11 @@ def _parse_ks(text: str, n: int) -> list[int]:
     if not ks or ks[0] < 1 or ks[-1] > n:
         raise UserError(f"--k {text!r} needs values between 1 and --n {n}; raise --n or drop the larger k")
     return ks
+
+
+def metric_prefix(recipe, env: str) -> str:
+    """`eval/<env>` for one environment of an `envs:` run (the names its training evaluations use), else `eval`."""
+    return f"eval/{env}" if recipe.envs else "eval"
 
 
 def _resolve(target: Path):
@@ -130,7 +137,7 @@ def run(args) -> int:
     out_root = Path(args.out) if args.out else (run_dir.path if run_dir else ckpt)
     step = int(ckpt.name.split("_")[1]) if run_dir is not None else None
     results = record_evaluation(out_root, protocol, res.trajectories, run=run_dir, step=step,
-                                extra={"wall_s": res.wall_s})
+                                extra={"wall_s": res.wall_s}, prefix=metric_prefix(recipe, spec.name))
     if run_dir is not None:
         run_dir.close()
     where = results_dir(out_root, protocol)

@@ -67,9 +67,6 @@ class Protocol(BaseModel):
         """12 hex digits naming the procedure without the checkpoint."""
         return self._digest({"checkpoint_sha256"})[:12]
 
-    def metric_names(self, results: dict[str, float]) -> dict[str, float]:
-        return {f"eval/{self.column}/{k}": v for k, v in results.items()}
-
 
 
 def results_dir(root: str | Path, protocol: Protocol) -> Path:

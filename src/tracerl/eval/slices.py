@@ -87,15 +87,18 @@ def run_slices(run_heldout, engine, spec: EnvSpec, tasks, kinds: list[str], faul
 
 
 def report_slices(run, step: int, recipe, run_heldout, engine, spec: EnvSpec, tasks, clean_trajectories, frozen: dict,
-                  *, say, env: str | None = None) -> dict[str, float]:
+                  *, say, protocol: str, env: str | None = None) -> dict[str, float]:
     """Run the recipe's slices, log them (stage eval) and print one line per slice; returns the metrics
-    (`eval/slice/*`, or `eval/<env>/slice/*` for one environment of an `envs:` run)."""
+    (`eval/slice/*`, or `eval/<env>/slice/*` for one environment of an `envs:` run). They are logged with
+    the clean evaluation's protocol column beside them (`eval/protocol`, `eval/<env>/protocol`), as
+    eval/record.py logs the clean numbers: a slice replays that protocol with one thing changed."""
     m = run_slices(run_heldout, engine, spec, tasks, list(recipe.eval.slices), recipe.faults, clean_trajectories, **frozen)
     parts = [f"{k}: {m[f'eval/slice/{k}/success']:.3f}" + (f" (infra {m['eval/slice/faults/infra_failure_rate']:.3f})"
                                                          if k == "faults" else "") for k in recipe.eval.slices]
     parts += [f"{k}: {m[f'eval/slice/{k}/success']:.3f} of {int(m[f'eval/slice/{k}/episodes'])}" for k in ("used_tool", "no_tool")]
     if env is not None:
         m = {k.replace("eval/", f"eval/{env}/", 1): v for k, v in m.items()}
-    run.log_metrics(m, stage="eval", step=step)
+    prefix = f"eval/{env}" if env is not None else "eval"
+    run.log_metrics(m, stage="eval", step=step, tags={f"{prefix}/protocol": protocol})
     say(f"eval slices{f' ({env})' if env else ''}: " + ", ".join(parts))
     return m

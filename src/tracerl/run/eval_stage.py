@@ -51,7 +51,8 @@ class HeldoutEval:
             m |= res.metrics(prefix=f"eval/{r.name}") if self.envs.mixed else res.metrics()
             if recipe.eval.slices:  # beside the clean numbers, under the same protocol (eval/slices.py)
                 m.update(report_slices(run, step, recipe, run_heldout, self.engine, r.clean, tasks, res.trajectories,
-                                       frozen, say=_say, env=r.name if self.envs.mixed else None))
+                                       frozen, say=_say, protocol=protocol.column,
+                                       env=r.name if self.envs.mixed else None))
         if self.envs.mixed:
             for key in [*_MACRO, *(f"pass@{k}" for k in recipe.eval.k)]:
                 vals = [m[f"eval/{r.name}/{key}"] for r in self.envs.routes if f"eval/{r.name}/{key}" in m]

@@ -35,6 +35,12 @@ def stage_routes(recipe, st: RLStage):
     return [dataclasses.replace(r, env=r.env.model_copy(update=over)) if over else r for r in routes]
 
 
+def stage_steps(st: RLStage) -> str:
+    """The stage's updates as the console, metrics and checkpoints number them (1..N, run/rl_loop.py): a stage
+    over global steps [start, end) of updates done holds updates start+1..end."""
+    return f"steps {st.start + 1}..{st.end}"
+
+
 def run_rl_stages(recipe, envs: RunEnvs, state: RLState, *, run, model, tokenizer, engine, hashes: dict[str, str],
                   reference: dict, heldout, log, on_checkpoint, grader, episodes) -> RLState:
     """Train every RL stage not yet done (from `state`, fresh or resumed); returns the state after the last."""
@@ -111,5 +117,5 @@ def start_stage(st: RLStage, routes, state: RLState, *, envs: RunEnvs, run, engi
     payload["generated_tokens_before"] = state.generated_tokens
     run.store.add_event("rl_stage", f"RL stage {st.name!r} starts at step {st.start}{where}", stage="rl", step=st.start,
                         payload=payload)
-    _say(f"rl stage {st.name!r}: steps {st.start}..{st.end}{said}")
+    _say(f"rl stage {st.name!r}: {stage_steps(st)}{said}")
     return sampler
