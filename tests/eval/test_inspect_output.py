@@ -22,7 +22,7 @@ def run_path(tmp_path_factory):
 def test_latest_step_decoded_with_reward_and_ending(run_path, capsys):
     assert main(["inspect", str(run_path), "--color", "never", "--limit", "0"]) == 0
     out = capsys.readouterr().out
-    assert "step 1, stage rl: showing 16 of 16 matching (16 stored)" in out
+    assert "step 2, stage rl: showing 16 of 16 matching (16 stored)" in out  # rl steps 1..2
     assert "What is" in out and "<answer>" in out  # decoded prompt and action text
     assert "reward 1.1 (correct=1×1, format=1×0.1)" in out and "ending eos" in out
     assert "\x1b[" not in out and "⟨" not in out  # no colour codes when asked, no log-probs unless asked
@@ -32,7 +32,7 @@ def test_latest_step_decoded_with_reward_and_ending(run_path, capsys):
 
 def test_roles_coloured_and_logprobs(run_path, capsys):
     with RunDir(run_path).store as store:
-        traj = next(t for t in store.trajectories(stage="rl", step=0) if any(s.tool_status for s in t.spans))
+        traj = next(t for t in store.trajectories(stage="rl", step=1) if any(s.tool_status for s in t.spans))
     assert main(["inspect", str(run_path), "--trajectory", traj.trajectory_id, "--logprobs", "--color", "always"]) == 0
     out = capsys.readouterr().out
     assert traj.trajectory_id in out
@@ -47,13 +47,13 @@ def test_roles_coloured_and_logprobs(run_path, capsys):
 
 
 def test_filters_and_token_ids_without_tokenizer(run_path, tmp_path, capsys):
-    assert main(["inspect", str(run_path), "--step", "0", "--tool-errors", "--color", "never", "--limit", "0"]) == 0
+    assert main(["inspect", str(run_path), "--step", "1", "--tool-errors", "--color", "never", "--limit", "0"]) == 0
     out = capsys.readouterr().out
     shown = out.count("╭─")
     assert shown == out.count("status error") > 0  # only episodes with a failed tool call
     bare = tmp_path / "bare"
     shutil.copytree(run_path, bare, ignore=shutil.ignore_patterns("tokenizer", "report"))
-    assert main(["inspect", str(bare), "--step", "0", "--limit", "1", "--color", "never"]) == 0
+    assert main(["inspect", str(bare), "--step", "1", "--limit", "1", "--color", "never"]) == 0
     out = capsys.readouterr().out
     assert "no tokenizer found, showing token ids" in out and "[" in out
     assert main(["inspect", str(bare), "--trajectory", "nope"]) == 2

@@ -70,17 +70,17 @@ def test_plots_hover_and_zoom(page):
     overlay = plots[0].find_element("css selector", "rect.tr-overlay")
     tip = panel.find_element("css selector", ".tr-tip")
     assert not tip.is_displayed()
-    ActionChains(driver).move_to_element(overlay).perform()  # the middle of 3 steps (0, 1, 2): step 1
+    ActionChains(driver).move_to_element(overlay).perform()  # the middle of 3 steps (1, 2, 3): step 2
     assert tip.is_displayed()
-    assert tip.text.startswith("step 1") and f"{a}: reward/mean" in tip.text and f"{b}: reward/mean" in tip.text
+    assert tip.text.startswith("step 2") and f"{a}: reward/mean" in tip.text and f"{b}: reward/mean" in tip.text
     ticks = lambda: [t.text for t in plots[0].find_elements("css selector", "text.tr-tick")]  # noqa: E731
     before = ticks()
     reset = panel.find_element("css selector", "button.tr-reset")
     assert not reset.is_displayed()
     width = overlay.size["width"]
     (ActionChains(driver).move_to_element_with_offset(overlay, -width // 2 + 5, 0).click_and_hold()
-     .move_by_offset(width // 2, 0).release().perform())  # drag over steps 0..1
-    assert reset.is_displayed() and ticks() != before and "2" not in ticks()[-3:]
+     .move_by_offset(width // 2, 0).release().perform())  # drag over steps 1..2
+    assert reset.is_displayed() and ticks() != before and "3" not in ticks()[-3:]  # step 3 zoomed out
     reset.click()
     assert not reset.is_displayed() and ticks() == before
 

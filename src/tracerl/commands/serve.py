@@ -25,6 +25,9 @@ def register(sub) -> None:
     p.add_argument("--episode-timeout", type=float, default=600.0,
                    help="seconds an open episode may idle before it ends as wall_timeout")
     p.add_argument("--spans", default=None, help="append every call and episode record to this JSONL file")
+    p.add_argument("--spans-max-mb", type=float, default=1024.0,
+                   help="size cap of the --spans file in MiB: past it the file is renamed to FILE.1 (replacing an older "
+                        "one) and a new FILE is started (default 1024; 0: no cap)")
     p.add_argument("--accept-weights", action="store_true",
                    help="accept POST /v1/weights?version=N (a trainer pushing new weights; rollout/remote_engine.py)")
     p.add_argument("--api-key", action="append", default=[],
@@ -63,6 +66,8 @@ def run(args) -> int:
     problem = key_problem(args.host, args.accept_weights, keys)
     if problem:
         raise UserError(problem)
+    if not 0 <= args.spans_max_mb < 1 << 30:  # NaN too
+        raise UserError(f"--spans-max-mb {args.spans_max_mb} must be a size in MiB (0: no cap)")
     if args.max_body_bytes < 1024 or args.call_timeout <= 0:
         raise UserError("--max-body-bytes must be at least 1024 and --call-timeout above 0; give larger values")
     import torch
@@ -85,7 +90,8 @@ def run(args) -> int:
         stops = list(dict.fromkeys([*spec.stop_strings, *stops]))
     registry = EpisodeRegistry(verifier=verifier, idle_timeout_s=args.episode_timeout, span_log=args.spans,
                                env_name=env_name, tokenizer_hashes=tokenizer_hashes(tok),
-                               require_token=args.require_episode_token)
+                               require_token=args.require_episode_token,
+                               span_log_max_bytes=int(args.spans_max_mb * (1 << 20)) or None)
     name = args.name or Path(str(args.model).rstrip("/")).name
     gw = Gateway(TorchEngine(model, tok), model_name=name, registry=registry, default_max_tokens=args.max_tokens,
                  stop_strings=tuple(stops), accept_weights=args.accept_weights, api_keys=tuple(keys),

@@ -34,6 +34,7 @@ from tracerl.contract.roles import TerminalReason
 from tracerl.envs._verify import declared_verifier
 from tracerl.serve.errors import APIError, bad_request, conflict, not_found
 from tracerl.serve.records import CallRecord, Episode
+from tracerl.serve.spanlog import SpanLog
 from tracerl.serve.trajectories import build_trajectories
 
 # (task_id, answer text) -> (components, weights, reason, raw verifier output)
@@ -85,7 +86,7 @@ class EpisodeRegistry:
     def __init__(self, *, verifier: Verifier | None = None, idle_timeout_s: float = 600.0,
                  span_log: str | Path | None = None, env_name: str = "gateway", tokenizer_hashes: dict | None = None,
                  finished_ttl_s: float | None = 600.0, max_episodes: int = 10_000, max_calls_per_episode: int = 1024,
-                 max_loose_calls: int = 1024, require_token: bool = False):
+                 max_loose_calls: int = 1024, require_token: bool = False, span_log_max_bytes: int | None = None):
         self.verifier, self.idle_timeout_s = verifier, idle_timeout_s
         self.env_name, self.tokenizer_hashes = env_name, tokenizer_hashes or {}
         self.finished_ttl_s, self.max_episodes = finished_ttl_s, max_episodes  # None: kept until pop()
@@ -95,7 +96,7 @@ class EpisodeRegistry:
         self._loose: deque[CallRecord] = deque(maxlen=max_loose_calls)  # calls outside any episode (logged)
         self.evicted = 0
         self._lock = threading.RLock()
-        self._log = open(span_log, "a", encoding="utf-8") if span_log else None
+        self._log = SpanLog(span_log, span_log_max_bytes) if span_log else None  # rotated to .1 past the cap
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self, episode_id: str | None = None, *, task_id: str | None = None, group_id: str | None = None,
