@@ -57,6 +57,22 @@ class EnvConfig(Cfg):
     infra_retries: int = Field(0, ge=0, le=10)
     """An infra_failure episode is played again (fresh reset seed) up to this many times; the final one
     records its attempt number and the ids and reasons of the attempts it replaced (retry_lineage)."""
+    tool_format: Literal["grammar", "native"] = "grammar"
+    """How the policy calls tools. grammar: tracerl's tags (`<code>...</code>`, envs/grammar.py). native: JSON
+    tool calls through the model's chat template (`apply_chat_template(tools=...)`), parsed by
+    `tool_parser`, results in the template's `tool` role; checked at run start (docs/tools.md). Applies to
+    every environment of the run; each must have a native mode (math_tool)."""
+    tool_parser: Literal["hermes", "llama3", "mistral"] = "hermes"
+    """The model family's tool-call format in native mode: hermes (`<tool_call>{json}</tool_call>`: Hermes,
+    Qwen, SmolLM3 and tracerl's Hermes template), llama3 (a bare `{"name", "parameters"}` turn) or mistral
+    (`[TOOL_CALLS][...]`). Only with tool_format: native."""
+
+    @model_validator(mode="after")
+    def _native_only(self) -> EnvConfig:
+        if self.tool_format == "grammar" and self.tool_parser != "hermes":
+            raise ValueError(f"env.tool_parser: {self.tool_parser} has no effect with env.tool_format: grammar; "
+                             "set env.tool_format: native or remove env.tool_parser")
+        return self
 
     @model_validator(mode="after")
     def _difficulty_ranges(self) -> EnvConfig:

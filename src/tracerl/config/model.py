@@ -84,3 +84,8 @@ class ModelConfig(PlacementFields):
     """Shape of the built-in tiny model (used when `path` is null)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Parameter dtype for training and sampling."""
+    chat_template: Literal["auto", "hermes"] = "auto"
+    """The chat template. auto: the tokenizer's own (in native tool mode, tracerl's Hermes template when the
+    tokenizer has none). hermes: tracerl's documented Hermes-style ChatML template with tool support
+    (envs/native_tools/template.py, docs/tools.md), for models whose template cannot render tools; it is
+    saved with every checkpoint's tokenizer."""

@@ -105,7 +105,8 @@ def _from_pretrained(what: str, p: Path, load, **kwargs):
 
 
 def load_model_and_tokenizer(path: str | Path, *, gguf_file: str | None = None, dtype: str = "float32",
-                             key: str = "model.path"):
+                             key: str = "model.path", template_fallback: bool = False):
+    """`template_fallback`: a tokenizer without a chat template gets tracerl's Hermes template (docs/tools.md)."""
     p = resolve_model_path(path, key=key)
     from tracerl.models import lora
 
@@ -130,8 +131,12 @@ def load_model_and_tokenizer(path: str | Path, *, gguf_file: str | None = None, 
         model = plain_module(model)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if not getattr(tokenizer, "chat_template", None) and template_fallback:
+        from tracerl.envs.native_tools.template import apply_template_setting
+
+        apply_template_setting(tokenizer, "hermes")
     if not getattr(tokenizer, "chat_template", None):
-        raise UserError(f"the tokenizer in {p} has no chat template; add one to tokenizer_config.json")
+        raise UserError(f"the tokenizer in {p} has no chat template; add one to tokenizer_config.json or set model.chat_template: hermes")
     model.config.use_cache = True
     return model, tokenizer
 

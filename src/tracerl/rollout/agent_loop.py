@@ -37,6 +37,7 @@ from tracerl.rollout.engine_api import Engine
 from tracerl.rollout.env_threads import EnvThread, run_all
 from tracerl.rollout.guard import Watchdog, generate_rows, infra_reason
 from tracerl.rollout.render import observation_bounds, render_observation, render_prompt
+from tracerl.rollout.tool_turns import render_native_prompt, render_tool_turn
 
 
 @dataclasses.dataclass
@@ -134,7 +135,8 @@ def _play(engine: Engine, spec: EnvSpec, tasks: list[Task], group_ids: list[str]
     resets = run_all([(th, _reset, (env, task, s)) for th, env, task, s in zip(threads, envs, tasks, seeds)], None)
     episodes: list[_Episode] = []
     for task, gid, env, th, reset_seed, (messages, state) in zip(tasks, group_ids, envs, threads, seeds, resets):
-        ids, roles = render_prompt(tok, messages)
+        native = getattr(env, "native_tools", None)  # native tool mode: the template lists the tools (tool_turns.py)
+        ids, roles = render_native_prompt(tok, messages, native) if native else render_prompt(tok, messages)
         traj = Trajectory(trajectory_id=uuid.uuid4().hex[:16], group_id=gid, task_id=task.id,
                           env_name=spec.name, task_source=task.source, task_revision=task.source_revision,
                           split=task.split, env_revision=spec.revision, reset_seed=reset_seed,
@@ -242,11 +244,17 @@ def _take_step(ep: _Episode, sample, text: str, step, state_hash: str, spec: Env
         if info.get("verifier"):  # the verifier that ran (the declared one when nothing overrode it)
             traj.verifier_name, traj.verifier_revision = str(info["verifier"]), str(info.get("verifier_revision", ""))
         return
-    if sample.finish == "stop" and sample.token_ids and sample.token_ids[-1] == tok.eos_token_id:
+    native = getattr(ep.env, "native_tools", None)  # native tool mode: a call turn may end with EOS (Llama 3)
+    if (sample.finish == "stop" and sample.token_ids and sample.token_ids[-1] == tok.eos_token_id
+            and not (native and step.observation is not None)):
         _finish(ep, spec, TerminalReason.EOS, None)  # the policy stopped without a final answer
         return
     if step.observation is not None:
-        obs_ids, obs_roles = render_observation(tok, step.observation)  # the tool role when the template has one
+        if native:  # the result in the template's tool role after the sampled call, which stays as sampled
+            obs_ids, obs_roles = render_tool_turn(tok, step.observation, native,
+                                                  sample.token_ids[-1] if sample.token_ids else None)
+        else:
+            obs_ids, obs_roles = render_observation(tok, step.observation)  # the tool role when the template has one
         if len(traj) + len(obs_ids) >= budgets.max_tokens:  # no room for the answer to it
             _finish(ep, spec, TerminalReason.MAX_TOKENS, None)
             return

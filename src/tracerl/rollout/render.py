@@ -6,13 +6,15 @@ from tracerl.contract.roles import TokenRole
 from tracerl.envs.base import Message
 
 
-def render_prompt(tokenizer, messages: list[Message]) -> tuple[list[int], list[TokenRole]]:
+def render_prompt(tokenizer, messages: list[Message], *, tools: list[dict] | None = None) -> tuple[list[int], list[TokenRole]]:
     """Apply the tokenizer's chat template (with the generation prompt) and label each token.
 
     A token whose characters fall inside a message's content is PROMPT; everything the template
-    inserted (role headers, separators, the assistant header) is TEMPLATE.
+    inserted (role headers, separators, the assistant header, the `tools` schemas of native tool
+    mode) is TEMPLATE.
     """
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    extra = {"tools": tools} if tools is not None else {}
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
     spans, cursor = [], 0
     for m in messages:
         start = text.find(m["content"], cursor)

@@ -82,6 +82,7 @@ class SpecRef:
     name: str
     faults: dict | None = None
     modules: tuple[str, ...] = ()
+    tool_parser: str | None = None  # env.tool_format: native with this parser (None: the grammar)
 
     @classmethod
     def for_recipe(cls, recipe) -> SpecRef:
@@ -90,7 +91,8 @@ class SpecRef:
 
         module = getattr(get_env(recipe.env.name).make, "__module__", None)
         return cls(recipe.env.name, recipe.faults.model_dump() if recipe.faults.active else None,
-                   (module,) if module and module != "__main__" else ())
+                   (module,) if module and module != "__main__" else (),
+                   recipe.env.tool_parser if recipe.env.tool_format == "native" else None)
 
     def build(self):
         from tracerl.envs import get_env
@@ -99,7 +101,10 @@ class SpecRef:
 
         for m in self.modules:
             importlib.import_module(m)
-        return wrap_spec(get_env(self.name), FaultsConfig(**self.faults) if self.faults else None)
+        from tracerl.envs.native_tools import native_spec
+
+        spec = native_spec(get_env(self.name), "native" if self.tool_parser else "grammar", self.tool_parser or "hermes")
+        return wrap_spec(spec, FaultsConfig(**self.faults) if self.faults else None)
 
 
 def weights_blob(model) -> bytes:

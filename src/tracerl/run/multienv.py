@@ -22,6 +22,7 @@ import torch
 
 from tracerl.contract import is_success
 from tracerl.envs.base import EnvSpec, get_env
+from tracerl.envs.native_tools import native_spec
 from tracerl.config.envs import EnvEntry
 from tracerl.rollout import LoopBudgets
 from tracerl.rollout.routes import EnvPlayer, RoutesRef
@@ -57,7 +58,7 @@ def resolve_routes(recipe, *, wrap=None) -> list[EnvRoute]:
     total = sum(e.share for e in entries)
     routes = []
     for e in entries:
-        clean = get_env(e.name)
+        clean = native_spec(get_env(e.name), recipe.env.tool_format, recipe.env.tool_parser)  # env.tool_format
         if e.reward_weights is not None:
             clean = dataclasses.replace(clean, reward_weights=dict(e.reward_weights))
         spec = wrap(clean) if wrap is not None else clean

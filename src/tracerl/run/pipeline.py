@@ -40,6 +40,7 @@ from tracerl.run.common import RunResult, _print_table, _quiet_transformers, _re
 from tracerl.run.envs import RunEnvs, expert_kwargs  # noqa: F401 (expert_kwargs: this module's API)
 from tracerl.run.manifest import run_manifest
 from tracerl.run.prompt_budget import check_prompt_budget
+from tracerl.run.tool_setup import prepare_tokenizer
 from tracerl.run.sft_stage import load_sft_data, run_sft_stage
 from tracerl.envs.dataset import install as install_dataset_env
 
@@ -73,6 +74,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
         demos, sft_counts = envs.collect_demos(recipe, say=_say)
     if resume is None and recipe.model.path is None:
         model, tokenizer = _build_tiny_model(recipe, run, envs, demos)
+    prepare_tokenizer(recipe, model, tokenizer, envs.routes)  # model.chat_template; native tools checked (exit 2)
     tokenizer.save_pretrained(run.path / "tokenizer")
     hashes = tokenizer_hashes(tokenizer)
     check_prompt_budget(envs, tokenizer)  # a prompt that fills env.max_tokens: one sentence, not a run of zeros
@@ -199,7 +201,9 @@ def _open_run(recipe: Recipe, resume, stages: list[str]):
         file_demos = load_sft_data(recipe)  # a bad conversations file fails before anything is written
         if recipe.model.path is not None:  # a bad path fails before anything is written
             model, tokenizer = load_model_and_tokenizer(recipe.model.path, gguf_file=recipe.model.gguf_file,
-                                                        dtype=recipe.model.dtype)
+                                                        dtype=recipe.model.dtype, template_fallback=(
+                                                            recipe.model.chat_template == "hermes"
+                                                            or recipe.env.tool_format == "native"))
             attach_lora_if_due(model, tokenizer, recipe, stage="load")  # peft refusing the model fails here
         run = RunDir(recipe.run.dir, create=True) if recipe.run.dir else RunDir.new(recipe.run.root, recipe.run.name)
         _say(f"run directory: {run.path}")

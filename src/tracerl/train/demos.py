@@ -50,6 +50,7 @@ class Demo:
     messages: list[Message]
     turns: list[tuple[str, str | None]]  # (action text, observation text or None)
     reward: float
+    native: object = None  # envs.native_tools.NativeTools in native tool mode (rendered by rollout/tool_turns.py)
 
 
 def collect_demos(spec: EnvSpec, tasks: list[Task], *, seed: int, max_turns: int,
@@ -81,7 +82,7 @@ def collect_demos_counted(spec: EnvSpec, tasks: list[Task], *, seed: int, max_tu
                 break
             observations.append(step.observation or "")
         if ended:  # a truncated or infrastructure-failed episode is no demonstration
-            demos.append(Demo(task, messages, turns, reward))
+            demos.append(Demo(task, messages, turns, reward, getattr(env, "native_tools", None)))
         count.infra_failure += infra
         count.truncated += not ended and not infra
     count.kept = len(demos)
@@ -93,6 +94,8 @@ def demo_texts(demos: list[Demo]) -> list[str]:
     out = []
     for d in demos:
         out += [m["content"] for m in d.messages]
+        if d.native is not None:  # the template shows the tool schemas to the model
+            out.append(d.native.tools_text())
         for action, obs in d.turns:
             out.append(action)
             if obs:
@@ -101,6 +104,10 @@ def demo_texts(demos: list[Demo]) -> list[str]:
 
 
 def tokenize_demo(tokenizer, demo: Demo) -> tuple[list[int], list[TokenRole]]:
+    if demo.native is not None:
+        from tracerl.rollout.tool_turns import tokenize_native_demo
+
+        return tokenize_native_demo(tokenizer, demo)
     ids, roles = render_prompt(tokenizer, demo.messages)
     for action, obs in demo.turns:
         a = list(tokenizer(action, add_special_tokens=False)["input_ids"])

@@ -23,3 +23,8 @@ SPEC = register_env(EnvSpec(
 audit = _audit.register(SPEC, audit_cases)  # `tracerl audit math_tool`: (verifier, cases)
 
 __all__ = ["SPEC", "audit_cases", "MathToolEnv", "check_answer", "expert", "generate"]
+
+from tracerl.envs.math_tool.native import native_spec as _native_spec  # noqa: E402
+from tracerl.envs.native_tools import register_native  # noqa: E402
+
+register_native("math_tool", _native_spec)  # env.tool_format: native (envs/math_tool/native.py)

@@ -53,7 +53,9 @@ class MathToolEnv:
                         reward_components=comps, info={"answer": action.body, **info})
         return self._run_code(action.body)
 
-    def _run_code(self, code: str) -> Step:
+    def _run_code(self, code: str, *, tagged: bool = True) -> Step:
+        """Run `code` in the sandbox; stdout comes back in `<output>` (tagged) or bare (native tool mode,
+        where the chat template's tool role wraps it)."""
         from tracerl.sandbox import Limits, default_sandbox
 
         sandbox = self._sandbox or default_sandbox()
@@ -72,7 +74,7 @@ class MathToolEnv:
         else:
             last = (res.stderr.strip().splitlines() or [res.status])[-1]
             out = f"{res.status}: {last[:120]}"
-        return Step(observation=f"<output>{out}</output>",
+        return Step(observation=f"<output>{out}</output>" if tagged else out,
                     info={"tool": "python", "tool_status": res.status, "tool_latency_s": res.wall_s})
 
 
