@@ -20,7 +20,7 @@ def _cuda_available() -> bool:
 
 def combination_problem(recipe) -> str | None:
     """The first pair of settings the recipe combines that the run does not support, as one sentence; None
-    when everything combines. Three remain: each is meaningless or not written yet, and says why."""
+    when everything combines. Six remain: each is meaningless or not written yet, and says why."""
     gateway, m = recipe.gateway.agent, recipe.model
     # 1. gateway.agent: an external agent drives its episodes over HTTP through the trainer's own engine
     clash = ("envs:" if recipe.envs else "rl.mode: async" if recipe.rl.mode == "async" else
@@ -42,4 +42,29 @@ def combination_problem(recipe) -> str | None:
                 else "model.reference_device")
         return (f"with model.lora the KL reference is the policy itself with its adapter disabled, so {what} cannot "
                 "apply; drop it or set model.lora=null")
+    return _learner_problem(recipe)
+
+
+def _learner_problem(recipe) -> str | None:
+    """Refusals of `learner.packing` / `learner.max_tokens_per_micro_batch` (train/packing.py)."""
+    lc = recipe.learner
+    # 4. packing and the shared-prefix split lay out the same rows two different ways
+    if lc.packing and lc.share_prefix:
+        return ("learner.packing does not combine with learner.share_prefix: true (the shared-prefix split runs the "
+                "rows padded on one common cache, packing runs them end to end without one); set "
+                "learner.share_prefix=false or learner.packing=false")
+    # 5. the ranks of a sharded learner run the same number of forwards; micro-batches per rank differ
+    micro = lc.max_tokens_per_micro_batch is not None
+    if lc.ranks > 1 and (lc.packing or micro):
+        what = "learner.packing" if lc.packing else "learner.max_tokens_per_micro_batch"
+        return (f"{what} runs in the single-process learner only for now (the sharded ranks must run the same "
+                f"forwards); set learner.ranks=1 or drop {what}")
+    # 6. accumulating micro-batch gradients is exact only for a loss that is a sum over rows
+    if micro:
+        from tracerl.train.minibatch import row_separable
+
+        if not row_separable(recipe.rl.algorithm):
+            return (f"learner.max_tokens_per_micro_batch needs a loss that is a sum over rows, and rl.algorithm "
+                    f"{recipe.rl.algorithm.name!r} with its settings normalises over the whole minibatch (MIS, NLL, "
+                    "Clip-Cov, KL-Cov or MOPD); drop the budget or those settings")
     return None

@@ -20,3 +20,15 @@ class LearnerConfig(Cfg):
     once, and only the rows' continuations per row (`train/shared_prefix.py`), in the RL learner and
     in SFT: the same log-probs and gradients up to float rounding, about half the learner's forward
     and backward on GRPO groups. false: every row runs its whole sequence."""
+    packing: bool = False
+    """Score the policy's minibatches packed: rows end to end without padding, position ids restarting per
+    row, attention confined to each row by a block-diagonal causal mask (`train/packing.py`); the same
+    log-probs and gradients up to float rounding, Σ lengths tokens per forward instead of rows × longest.
+    Needs `share_prefix: false` (the shared-prefix split runs rows padded on a common cache) and one rank.
+    false: rows padded to the minibatch's longest."""
+    max_tokens_per_micro_batch: int | None = Field(None, ge=1)
+    """Token budget of one forward and backward: each minibatch's rows run in micro-batches of at most this
+    many tokens (Σ lengths when packed, rows × longest when padded; a longer row runs alone), their
+    gradients summed into the minibatch's one optimizer step (the same step, up to float rounding). Needs
+    an algorithm whose loss is a sum over rows (not MIS, NLL, Clip-Cov, KL-Cov or MOPD) and one rank.
+    null: a minibatch runs whole."""

@@ -36,7 +36,7 @@ def build_learner(recipe, algo, model, tokenizer, *, spec, state, reference, sta
     schedule = {"kind": cfg.lr_schedule, "steps": cfg.steps, "min_ratio": cfg.min_lr_ratio}
     roles = Roles(policy(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=recipe.sampling.model_dump(),
                          state=(state.roles_state or {}).get("policy"), share_prefix=recipe.learner.share_prefix,
-                         schedule=schedule),
+                         schedule=schedule, **_packing(recipe)),
                   FrozenRole(reference, temperature=recipe.sampling.temperature, share_prefix=recipe.learner.share_prefix)
                   if reference is not None else None,
                   build_aux_roles(recipe, model, state.roles_state, tokenizer))
@@ -61,3 +61,12 @@ def _policy_role(recipe):
     from tracerl.train.fsdp_group import ShardedPolicyRole
 
     return functools.partial(ShardedPolicyRole, ranks=recipe.learner.ranks, threads=recipe.run.threads)
+
+
+def _packing(recipe) -> dict:
+    """The single-process policy's packing and micro-batch settings (`learner.packing`,
+    `learner.max_tokens_per_micro_batch`; with `learner.ranks > 1` they are refused at load)."""
+    lc = recipe.learner
+    out = {"packing": True} if lc.packing else {}
+    return out | ({"max_tokens_per_micro_batch": lc.max_tokens_per_micro_batch}
+                  if lc.max_tokens_per_micro_batch is not None else {})

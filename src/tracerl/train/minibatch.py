@@ -70,7 +70,8 @@ def row_separable(algo: Algorithm) -> bool:
 
 def policy_steps(algo: Algorithm, policy, batch: Batch, rewards_B: torch.Tensor, scores: dict[str, torch.Tensor],
                  adv_BT: torch.Tensor, slices: list[torch.Tensor], *, minibatches: int, ctx: StepContext,
-                 rank: int = 0, world: int = 1, group=None) -> dict[str, float]:
+                 rank: int = 0, world: int = 1, group=None, micro_tokens: int | None = None,
+                 packed: bool = False) -> dict[str, float]:
     """The policy's optimizer steps of `rl_update`, one per slice of rows (`minibatch_rows`): THE minibatch loop,
     run as is by the single-process learner (`PolicyRole`, world 1: no collectives) and by every rank of the
     sharded one (`ShardedPolicy`, train/fsdp.py), all ranks called with the same arguments.
@@ -101,6 +102,15 @@ def policy_steps(algo: Algorithm, policy, batch: Batch, rewards_B: torch.Tensor,
             mine = idx[rank::world]
             share = mine.numel() > 0
             mine = mine if share else idx[:1]
+        if micro_tokens is not None or packed:  # token-budget micro-batches, gradients accumulated (one rank)
+            s = _accumulated_step(algo, policy, batch, rewards_B, scores, adv_BT, mine, ctx, ratios,
+                                       scale=lambda m: minibatch_scale(algo.aggregation, m, full_tokens, full_rows,
+                                                                       minibatches),
+                                       micro_tokens=micro_tokens, packed=packed)
+            for n, v in s.items():
+                acc[n] = acc.get(n, 0.0) + v
+            steps += 1
+            continue
         mb = batch.rows(mine)
         T = mb.ids_BT.shape[1]
         mb_scores = {n: v[mine, :T] for n, v in scores.items()}
@@ -130,6 +140,45 @@ def policy_steps(algo: Algorithm, policy, batch: Batch, rewards_B: torch.Tensor,
     out_stats |= {k: float(v) for k, v in effective_sample_size(w, torch.ones_like(w)).items()}
     out_stats |= {"updates": float(steps), "trained_rows": float(sum(int(i.numel()) for i in slices))}
     return out_stats
+
+
+def _accumulated_step(algo: Algorithm, policy, batch: Batch, rewards_B: torch.Tensor, scores: dict[str, torch.Tensor],
+                      adv_BT: torch.Tensor, rows: torch.Tensor, ctx: StepContext, ratios: list, *, scale,
+                      micro_tokens: int | None, packed: bool) -> dict[str, float]:
+    """One optimizer step on minibatch `rows`, run as micro-batches of at most `micro_tokens` forward tokens
+    (`train/packing.py` `micro_batches`), each one's loss scaled to its share of the full batch's objective
+    (`scale`, a `minibatch_scale` of its mask) and back-propagated before the next runs: for a row-separable
+    loss the summed gradient is the whole minibatch's. Stats: `loss` the sum, the others averaged weighted by
+    each micro-batch's loss tokens (`tokens` summed)."""
+    from tracerl.train.packing import micro_batches
+
+    parts = [rows[torch.tensor(p, dtype=torch.long)]
+             for p in micro_batches(batch.length_B[rows].tolist(), micro_tokens, packed=packed)]
+    sums: dict[str, float] = {}
+    total = {"loss": 0.0, "tokens": 0.0}
+
+    def backward() -> None:
+        for part in parts:
+            mb = batch.rows(part)
+            T = mb.ids_BT.shape[1]
+            mb_scores = {n: v[part, :T] for n, v in scores.items()}
+            out = policy.score(mb, support=algo.support_ids(mb_scores))
+            loss, s = algo.loss(mb, out, mb_scores, adv_BT[part, :T], rewards_B[part], ctx)
+            loss = loss * scale(mb.mask_BT)
+            loss.backward()
+            sel = mb.mask_BT > 0
+            n = float(sel.sum())
+            ratios.append(torch.exp(out.logprobs_BT.detach() - mb.behavior_BT)[sel])
+            for k, v in s.items():
+                if torch.as_tensor(v).numel() == 1:
+                    sums[k] = sums.get(k, 0.0) + float(v) * (1.0 if k == "tokens" else n)
+            total["loss"] += float(loss.detach())
+            total["tokens"] += n
+
+    grad_norm = policy.step(backward)  # `optimizer_step` zeroes the gradients, then calls it
+    n = max(total["tokens"], 1e-12)
+    return ({k: v if k == "tokens" else v / n for k, v in sums.items()}
+            | {"loss": total["loss"], "grad_norm": grad_norm})
 
 
 def _all_reduce_stats(s: dict[str, float], tokens: float, group) -> dict[str, float]:

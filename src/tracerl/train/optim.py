@@ -19,7 +19,10 @@ def optimizer_step(optimizer: torch.optim.Optimizer, params, loss: torch.Tensor,
     step. Returns the global gradient norm before clipping: under FSDP2 the gradients are DTensor shards
     and `clip_grad_norm_` returns the norm as a DTensor, which is read back in full."""
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    if callable(loss):  # gradient accumulation: it back-propagates each micro-batch (train/minibatch.py)
+        loss()
+    else:
+        loss.backward()
     gnorm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     optimizer.step()
     return float(gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm)

@@ -42,7 +42,7 @@ def _decoder_and_head(model):
 
 def score_actions(model, batch: Batch, *, temperature: float, top_p: float = 1.0, top_k: int = 0,
                   chunk_size: int = 1024, share_prefix: bool = True,
-                  support: int | torch.Tensor | None = None) -> PolicyOutput:
+                  support: int | torch.Tensor | None = None, packing: bool = False) -> PolicyOutput:
     """Log-probs (processed and full) and entropies of the batch's ACTION tokens under `model`; 0 elsewhere.
 
     Gradients flow when autograd is on. Position t's token is predicted from position t − 1. The batch
@@ -55,8 +55,14 @@ def score_actions(model, batch: Batch, *, temperature: float, top_p: float = 1.0
     batch = batch_to(batch, model_device(model))
     if isinstance(support, torch.Tensor):
         support = support.to(batch.ids_BT.device)
-    out = score_tokens(model, batch.ids_BT, batch.attn_BT, batch.action_BT, temperature=temperature, top_p=top_p,
-                       top_k=top_k, chunk_size=chunk_size, share_prefix=share_prefix, support=support)
+    if packing:  # rows end to end, no padding (train/packing.py)
+        from tracerl.train.packing import packed_scores
+
+        out = packed_scores(model, _decoder_and_head(model), batch, temperature=temperature, top_p=top_p,
+                            top_k=top_k, chunk_size=chunk_size, support=support)
+    else:
+        out = score_tokens(model, batch.ids_BT, batch.attn_BT, batch.action_BT, temperature=temperature, top_p=top_p,
+                           top_k=top_k, chunk_size=chunk_size, share_prefix=share_prefix, support=support)
     if home == batch.ids_BT.device:
         return out
     return PolicyOutput(**{k: None if v is None else v.to(home) for k, v in vars(out).items()})
@@ -105,9 +111,12 @@ class PolicyRole:
     """The policy: its model, AdamW optimizer and warm-up schedule, scored under the sampling distribution."""
 
     def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, state: dict | None = None,
-                 share_prefix: bool = True, schedule: dict | None = None):
+                 share_prefix: bool = True, schedule: dict | None = None, packing: bool = False,
+                 max_tokens_per_micro_batch: int | None = None):
         self.model, self.max_grad_norm = model, max_grad_norm
         self.scoring = {k: sampling[k] for k in ("temperature", "top_p", "top_k")} | {"share_prefix": share_prefix}
+        self.scoring |= {"packing": True} if packing else {}
+        self.micro_tokens = max_tokens_per_micro_batch  # gradient accumulation over token-budget micro-batches
         self.optimizer = make_optimizer(model, lr)
         self.scheduler = rl_schedule(self.optimizer, schedule)
         if state:
@@ -131,7 +140,8 @@ class PolicyRole:
         """The policy's optimizer steps of `rl_update`, one per slice (`train/minibatch.py` `policy_steps`), here."""
         from tracerl.train.minibatch import policy_steps
 
-        return policy_steps(algo, self, batch, rewards_B, scores, adv_BT, slices, minibatches=minibatches, ctx=ctx)
+        return policy_steps(algo, self, batch, rewards_B, scores, adv_BT, slices, minibatches=minibatches, ctx=ctx,
+                            micro_tokens=self.micro_tokens, packed=self.scoring.get("packing", False))
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
