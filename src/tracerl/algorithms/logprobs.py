@@ -20,6 +20,15 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
+# A chunk holds at most this many logits (2**23 float32 = 32 MB a copy; its softmax, products and the backward's
+# recomputation make several): `chunk_size` rows at a small vocabulary, fewer at a large one (170 at
+# SmolLM2's 49,152; 55 at Qwen's 151,936), so the peak no longer grows with the vocabulary.
+CHUNK_ELEMENTS = 2**23
+
+
+def chunk_rows(chunk_size: int, vocab: int) -> int:
+    """Positions per chunk: `chunk_size`, capped so a chunk's logits stay within `CHUNK_ELEMENTS`."""
+    return max(1, min(chunk_size, CHUNK_ELEMENTS // max(vocab, 1)))
 
 
 def _head(lm_head) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -68,8 +77,10 @@ def _chunk_stats(z: torch.Tensor, targets: torch.Tensor, temperature: float, top
     lse = torch.logsumexp(zp, dim=-1)
     logp = zp.gather(-1, safe[:, None])[:, 0] - lse
     logp = torch.where(targets >= 0, logp, torch.zeros_like(logp))
-    # masked logits are -inf with probability 0; zero them first so 0 * -inf never reaches autograd
-    entropy = lse - (torch.softmax(zp, dim=-1) * torch.where(torch.isfinite(zp), zp, torch.zeros_like(zp))).sum(dim=-1)
+    # masked logits are -inf with probability 0; zero them first so 0 * -inf never reaches autograd (only top-k/p
+    # masks any: unprocessed logits are finite, and skipping the mask saves two (chunk, V) temporaries)
+    finite = zp if zp is zt else torch.where(torch.isfinite(zp), zp, torch.zeros_like(zp))
+    entropy = lse - (torch.softmax(zp, dim=-1) * finite).sum(dim=-1)
     if not full:
         return logp, entropy
     if zp is zt:
@@ -126,6 +137,7 @@ def chunked_token_scores(
     else:
         grad = grad and x.requires_grad
     outs = []
+    chunk_size = chunk_rows(chunk_size, (weight.shape[0] if weight is not None else x.shape[-1]))
     for s in range(0, x.shape[0], chunk_size):
         xc, tc = x[s:s + chunk_size], targets[s:s + chunk_size]
         if lm_head is not None:
@@ -172,6 +184,7 @@ def chunked_support_logprobs(
         weight, bias = _head(lm_head)
     grad = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad))
     outs = []
+    chunk_size = chunk_rows(chunk_size, (weight.shape[0] if weight is not None else x.shape[-1]))
     for s in range(0, x.shape[0], chunk_size):
         sup = support if isinstance(support, int) else support[s:s + chunk_size]
         fn, args = ((_support_from_hidden, (x[s:s + chunk_size], weight, bias, sup, temperature)) if lm_head is not None
