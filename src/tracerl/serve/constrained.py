@@ -12,6 +12,12 @@ or JSON object). When no token fits, the shortest text that completes the patter
 (log-prob 0), so a constrained completion always parses unless `max_tokens` cannot hold even that.
 Stop strings end a row only under an open-ended pattern (`tool_choice: "none"`).
 
+The same loop samples the rows of a call with `logit_bias` or presence / frequency penalties
+(serve/penalties.py): `adjust` changes each step's logits before the pattern's mask, and a row
+whose pattern is None is unconstrained (it stops as the engine's loop does: a stop token or stop
+string, or the budget). With no pattern and no adjustment it samples exactly what
+`engine.generate_reference` samples (tests/serve/test_logit_adjust.py).
+
 Vocabularies over `MAX_CANDIDATES` tokens are masked to the `MAX_CANDIDATES` most likely tokens first
 (the distribution sampled from is then that restriction; documented in docs/gateway.md).
 It needs the engine's torch module (`engine.model`), as the built-in engine has.
@@ -38,7 +44,7 @@ def token_texts(tokenizer) -> list[str]:
 
 class _Row:
     def __init__(self, pattern, budget):
-        self.pattern, self.state, self.budget = pattern, pattern.start(), budget
+        self.pattern, self.state, self.budget = pattern, pattern.start() if pattern is not None else None, budget
         self.ids, self.lps, self.ents, self.tops, self.finish = [], [], [], [], ""
 
 
@@ -50,8 +56,10 @@ def _closure_tokens(tokenizer, text: str, cache: dict) -> int:
 
 @torch.no_grad()
 def constrained_generate(engine, prompts, patterns, *, budgets, temperature, top_p, top_k, stop_strings=(),
-                         stop_token_ids=(), generator=None, top_logprobs: int = 0) -> list[tuple[Sample, list]]:
-    """One `(Sample, top log-probs per token)` per prompt; row i spells `patterns[i]`."""
+                         stop_token_ids=(), generator=None, top_logprobs: int = 0,
+                         adjust=None) -> list[tuple[Sample, list]]:
+    """One `(Sample, top log-probs per token)` per prompt; row i spells `patterns[i]` (None: any text).
+    `adjust` (a `LogitAdjust`) changes every step's logits before the mask and the draw."""
     model, tok = engine.model, engine.tokenizer
     texts, cache = token_texts(tok), {}
     stop_ids = set(int(t) for t in stop_token_ids)
@@ -59,7 +67,7 @@ def constrained_generate(engine, prompts, patterns, *, budgets, temperature, top
     specials = set(getattr(tok, "all_special_ids", []) or []) - stop_ids
     B = len(prompts)
     rows = [_Row(p, b) for p, b in zip(patterns, budgets)]
-    literals = [p.literal_text() for p in patterns]
+    literals = [p.literal_text() if p is not None else "" for p in patterns]
     uniforms = draw_uniforms(B, max(budgets), generator)
     L = max(len(p) for p in prompts)
     pad = engine.pad_id
@@ -77,10 +85,15 @@ def constrained_generate(engine, prompts, patterns, *, budgets, temperature, top
     next_pos = positions[:, -1:] + 1
     V = logits.shape[-1]
     for step in range(max(budgets)):
+        if adjust is not None:
+            logits = adjust.apply(logits, [r.ids for r in rows])
         allowed = torch.zeros((B, V), dtype=torch.bool)
         for i, r in enumerate(rows):
             if r.finish:
                 allowed[i, 0] = True
+                continue
+            if r.pattern is None:
+                allowed[i] = True
                 continue
             room = r.budget - len(r.ids) - 1
             order = range(V) if V <= MAX_CANDIDATES else torch.topk(logits[i], MAX_CANDIDATES).indices.tolist()
@@ -118,8 +131,11 @@ def constrained_generate(engine, prompts, patterns, *, budgets, temperature, top
             if top_logprobs:
                 r.tops.append(_top(masked[i:i + 1], temperature, top_p, top_k, top_logprobs)[0])
             feed[i] = t
-            if t in stop_ids:
+            if t in stop_ids or (r.pattern is None and stops(r.ids, t)):
                 r.finish = "stop"
+                continue
+            if r.pattern is None:
+                r.finish = "length" if len(r.ids) >= r.budget else ""
                 continue
             r.state = r.pattern.feed(r.state, texts[t])
             if r.pattern.must_end(r.state) or (r.pattern.open_ended and stops(r.ids, t)):

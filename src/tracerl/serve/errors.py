@@ -36,4 +36,5 @@ def validation_message(errors: list[dict]) -> tuple[str, str | None]:
     param = ".".join(loc) or None
     where = f"'{param}'" if param else "the request body"
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-    return f"{where}: {first.get('msg', 'invalid')}{more}; fix it and send the request again", param
+    msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")  # a schema check's own sentence
+    return f"{where}: {msg}{more}; fix it and send the request again", param

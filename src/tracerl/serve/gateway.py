@@ -23,6 +23,7 @@ from tracerl.serve.chat import canonical, extend, render_full, reply_canonical, 
 from tracerl.serve.episodes import BoundedDict, EpisodeRegistry
 from tracerl.serve.errors import APIError, bad_request, not_found
 from tracerl.serve.guard import PRINCIPAL_HEADER
+from tracerl.serve.penalties import logit_adjust
 from tracerl.serve.records import CallRecord
 from tracerl.serve.rows import sample_rows
 from tracerl.serve.schemas import ChatRequest, CompletionRequest
@@ -176,7 +177,8 @@ class Gateway:
                 tops = [{self.tokenizer.decode([t]): v for t, v in row} for row in call.top_logprobs] \
                     if call.top_logprobs is not None else None
                 lp = {"tokens": toks, "token_logprobs": call.logprobs, "text_offset": offsets, "top_logprobs": tops}
-            choices.append({"index": i, "text": call.text, "finish_reason": call.finish_reason,
+            text = call.text if req.skip_special_tokens else self.tokenizer.decode(call.completion_ids)
+            choices.append({"index": i, "text": text, "finish_reason": call.finish_reason,
                             "token_ids": call.completion_ids, "span_id": call.span_id, "logprobs": lp})
         return self._response("text_completion", calls, choices)
 
@@ -220,10 +222,12 @@ class Gateway:
         if self.sampling_override:
             sampling = {**sampling, **self.sampling_override}
         stops = tuple(dict.fromkeys([*self.stop_strings, *req.stops()]))
+        adjust = logit_adjust(req, len(self.tokenizer))  # 400 on a key that is no token id, before sampling
         t0 = time.time()
         try:
             rows = sample_rows(self, prompt, budget, sampling, stops, req.seed,
-                               tuple(int(t) for t in req.stop_token_ids or ()), n=req.n, pattern=pattern, top_logprobs=top)
+                               tuple(int(t) for t in req.stop_token_ids or ()), n=req.n, pattern=pattern, top_logprobs=top,
+                               adjust=adjust)
         except APIError:
             raise
         except EngineTimeout:
@@ -233,13 +237,15 @@ class Gateway:
             raise APIError(500, f"the engine failed on this call ({type(err).__name__}: {str(err)[:200]}); "
                            "nothing was recorded, retry the call", type="server_error", code="engine_error") from None
         extra = {"constraint": pattern.name} if pattern is not None else {}
+        extra |= adjust.describe() if adjust is not None else {}
         return [CallRecord(span_id=uuid.uuid4().hex[:12], kind=kind, episode_id=episode.episode_id if episode else None,
                            parent_span_id=parent, model=req.model, prompt_ids=list(prompt), prompt_roles=list(roles),
                            completion_ids=list(sample.token_ids), logprobs=list(sample.logprobs),
                            finish_reason=sample.finish, policy_version=version,
                            sampling={**sampling, "seed": req.seed, "max_tokens": budget, "stop": list(stops), **extra},
                            started=t0, latency_s=time.time() - t0, entropies=list(sample.entropies),
-                           text=self.tokenizer.decode(sample.token_ids, skip_special_tokens=True), top_logprobs=tops)
+                           text=self.tokenizer.decode(sample.token_ids, skip_special_tokens=True), top_logprobs=tops,
+                           user=req.user, metadata=req.metadata)
                 for sample, version, tops in rows]
 
     def _logprob_entries(self, call: CallRecord) -> list[dict]:

@@ -33,6 +33,8 @@ class CallRecord:
     tool_names: list[str] = dataclasses.field(default_factory=list)  # tools the extension's observations answer
     extends_span: str | None = None  # the call whose prompt + completion this prompt extends token for token
     top_logprobs: list[list[tuple[int, float]]] | None = None  # per token: the k likeliest (id, log-prob), when asked
+    user: str | None = None  # the request's `user` (OpenAI's end-user id), kept as sent
+    metadata: dict[str, Any] | None = None  # the request's `metadata`, kept as sent
 
     def as_json(self) -> dict:
         d = dataclasses.asdict(self)

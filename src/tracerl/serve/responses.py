@@ -55,6 +55,7 @@ class ResponsesRequest(BaseModel):
     store: bool | None = None
     truncation: str | None = None
     metadata: dict[str, Any] | None = None
+    user: str | None = Field(None, max_length=256)  # recorded on the span, as on the chat route
     previous_response_id: str | None = None
     conversation: Any = None
     reasoning: Any = None
@@ -142,7 +143,7 @@ def to_chat(req: ResponsesRequest) -> tuple[ChatRequest, dict[str, dict]]:
     body = {"model": req.model, "messages": _messages(req), "tools": tools or None, "tool_choice": choice,
             "temperature": req.temperature, "top_p": req.top_p, "max_tokens": req.max_output_tokens,
             "logprobs": logprobs, "top_logprobs": req.top_logprobs, "metadata": req.metadata,
-            "response_format": fmt}
+            "response_format": fmt, "user": req.user}
     try:  # through JSON, as the chat route validates its body: the same checks, the same messages
         return ChatRequest.model_validate_json(json.dumps(body)), strict
     except ValidationError as err:

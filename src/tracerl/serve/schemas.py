@@ -1,15 +1,17 @@
 """Request bodies of the gateway: the OpenAI fields it honours, plus the vLLM / tracerl extensions.
 
-Fields an OpenAI client may send and the gateway does not use are ignored (`extra="ignore"`);
-messages are checked strictly, so a malformed conversation is a 400 naming the message. Every number
-that reaches the engine has bounds (a seed fits a torch generator, a budget fits any context, a
-temperature is finite), and the OpenAI fields the gateway accepts but does not apply (penalties,
-`logit_bias`, `user`) are range-checked as OpenAI does, so an out-of-range value is a 400, not silence.
+No field is silently dropped (docs/gateway.md, "Fields"): an OpenAI field is honoured (penalties and
+`logit_bias` change the logits sampled from, serve/penalties.py), recorded on the span (`user`,
+`metadata`), or, where the gateway cannot do what a non-default value asks (`store: true`, a service
+tier, reasoning settings, audio, ...), refused with a 400 naming it; a field OpenAI does not define
+either is a 400 "unrecognized request argument", as OpenAI answers. Messages are checked strictly, so
+a malformed conversation is a 400 naming the message. Every number that reaches the engine has bounds
+(a seed fits a torch generator, a budget fits any context, a temperature is finite).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
@@ -64,7 +66,9 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
-class _Sampling(_Body):
+class _Sampling(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)  # unknown fields are refused by name in _fields
+    _REFUSED: ClassVar[dict[str, tuple[tuple, str]]] = {}  # field -> (values honoured, why another is refused)
     model: str
     temperature: float | None = Field(None, ge=0.0, le=100.0, allow_inf_nan=False)
     top_p: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
@@ -73,22 +77,60 @@ class _Sampling(_Body):
     # vLLM extension: token ids that end the completion (beside EOS)
     stop_token_ids: list[TokenId] | None = Field(None, max_length=64)
     seed: int | None = Field(None, ge=-INT64, lt=INT64)  # what torch.Generator().manual_seed takes
-    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0, allow_inf_nan=False)  # accepted, not applied
-    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0, allow_inf_nan=False)  # accepted, not applied
+    # serve/penalties.py: added to the logits before temperature / top-p / top-k
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0, allow_inf_nan=False)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0, allow_inf_nan=False)
     logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100, allow_inf_nan=False)]] | None = Field(
-        None, max_length=1024)  # accepted, not applied
-    user: str | None = Field(None, max_length=256)
+        None, max_length=1024)
+    user: str | None = Field(None, max_length=256)  # recorded on the span
+    store: Any = None
+    service_tier: Any = None
     n: int = Field(1, ge=1, le=16)  # the samples of one call, one engine batch, each its own span
     stream: bool = False  # server-sent events (serve/streaming.py), sent once the samples are drawn
     stream_options: dict[str, Any] | None = None  # {"include_usage": true}: a last chunk with the usage
     response_format: dict[str, Any] | None = None  # text | json_object, enforced by constrained decoding
-    metadata: dict[str, Any] | None = None  # episode_id / parent_span_id may ride here
+    metadata: dict[str, Any] | None = None  # recorded on the span; episode_id / parent_span_id may ride here
+
+    @model_validator(mode="after")
+    def _fields(self):
+        for name in self.model_extra or {}:
+            raise ValueError(f"unrecognized request argument {name[:64]!r}; this gateway takes the OpenAI fields and "
+                             "the vLLM extensions listed in docs/gateway.md")
+        for name, (ok, why) in {**_COMMON_REFUSED, **self._REFUSED}.items():
+            if getattr(self, name) not in ok:
+                raise ValueError(f"{name!r} = {getattr(self, name)!r} is not supported: {why}")
+        return self
 
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
 
+_COMMON_REFUSED = {
+    "store": ((None, False), "nothing is stored here; send store=false or omit it"),
+    "service_tier": ((None, "auto", "default"), "one tier serves every call; send 'auto' or omit it"),
+}
+
+
 class ChatRequest(_Sampling):
+    _REFUSED: ClassVar[dict] = {
+        "reasoning_effort": ((None,), "this model has no reasoning settings; omit it"),
+        "verbosity": ((None,), "this model has no verbosity setting; omit it"),
+        "audio": ((None,), "this gateway serves text only; omit it"),
+        "modalities": ((None, ["text"]), "this gateway serves text only; send ['text'] or omit it"),
+        "prediction": ((None,), "predicted outputs are not used here; omit it"),
+        "web_search_options": ((None,), "this gateway has no web search; omit it"),
+        "functions": ((None,), "the legacy field is not served; send 'tools'"),
+        "function_call": ((None,), "the legacy field is not served; send 'tool_choice'"),
+    }
+    reasoning_effort: Any = None
+    verbosity: Any = None
+    audio: Any = None
+    modalities: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
+    functions: Any = None
+    function_call: Any = None
+    parallel_tool_calls: bool | None = None  # false is kept only where tool_choice forces one call
     messages: list[ChatMessage] = Field(min_length=1, max_length=4096)
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
@@ -100,8 +142,28 @@ class ChatRequest(_Sampling):
     def budget(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
+    @model_validator(mode="after")
+    def _one_call(self):
+        forced = self.tool_choice == "required" or isinstance(self.tool_choice, dict)
+        if self.parallel_tool_calls is False and self.tools and not forced:
+            raise ValueError("'parallel_tool_calls': false is kept only with a tool_choice that forces one call "
+                             "('required' or a named function); the model may write several calls otherwise")
+        return self
+
 
 class CompletionRequest(_Sampling):
+    _REFUSED: ClassVar[dict] = {
+        "best_of": ((None, 1), "send 'n' for several samples; every sample is returned"),
+        "suffix": ((None, ""), "insertion after a suffix is not supported; omit it"),
+        "return_token_ids": ((None, True), "token ids are always returned (vLLM extension)"),
+        "include_stop_str_in_output": ((None, True), "the text always ends with the stop string the sampled "
+                                                     "token ids spell (vLLM extension)"),
+    }
+    best_of: Any = None
+    suffix: Any = None
+    return_token_ids: Any = None
+    include_stop_str_in_output: Any = None
+    skip_special_tokens: StrictBool = True  # vLLM extension: false keeps special tokens in the returned text
     prompt: str | list[int] | list[str] | list[list[int]]
     max_tokens: int | None = Field(16, ge=1, le=MAX_TOKENS)
     logprobs: int | None = Field(None, ge=0, le=20)  # the sampled token's log-prob and the k likeliest tokens
