@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tracerl.config.base import Cfg
 from tracerl.config.model import DEVICE_PATTERN
@@ -44,8 +44,16 @@ class TeacherConfig(Cfg):
 
 
 class GraderConfig(Cfg):
-    path: str
-    """The judge: a local Hugging Face causal LM (a folder, `pkg:<package>` or a cached model id)."""
+    path: str | None = None
+    """The judge: a local Hugging Face causal LM (a folder, `pkg:<package>` or a cached model id). Give this or
+    `url`."""
+    url: str | None = Field(None, pattern=r"^https?://")
+    """The judge behind an OpenAI-compatible endpoint instead (`http://host:port/v1`: `tracerl serve`, vLLM, a hosted
+    API), called with the `openai` client (verifiers/remote_judge.py). Give this or `path`."""
+    model: str | None = None
+    """The model name sent to `url` (required with it)."""
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """Environment variable holding the API key for `url` (null: no key)."""
     gguf_file: str | None = None
     """A GGUF file inside `path`, dequantised on load (as `model.gguf_file`)."""
     mode: Literal["calibrate", "replace"] = "calibrate"
@@ -72,6 +80,21 @@ class GraderConfig(Cfg):
     """Longer responses are cut to their last tokens (counted in `grader/response_cut`)."""
     device: str | None = Field(None, pattern=DEVICE_PATTERN)
     """Device of this role's model (auto, cpu, cuda, cuda:N); null is `model.device`."""
+
+    @model_validator(mode="after")
+    def _one_judge(self) -> GraderConfig:
+        if (self.path is None) == (self.url is None):
+            raise ValueError("roles.grader needs exactly one judge: path (a local model) or url (an OpenAI-compatible "
+                             "endpoint, with model)")
+        if self.url is not None and not self.model:
+            raise ValueError("roles.grader.url needs roles.grader.model, the model name the endpoint serves")
+        if self.url is None and (self.model or self.api_key_env):
+            raise ValueError("roles.grader.model and api_key_env go with roles.grader.url; drop them for a local path")
+        return self
+
+    @property
+    def judge_name(self) -> str:
+        return self.path if self.path is not None else f"{self.model} at {self.url}"
 
 
 class RolesConfig(Cfg):

@@ -66,7 +66,7 @@ def calibrate(grader: LearnedGrader, cfg: GraderConfig, envs) -> None:
     cal = grader.calibrate(cases, threshold=cfg.threshold, min_auroc=cfg.min_auroc,
                            min_balanced_accuracy=cfg.min_balanced_accuracy)
     if cal.problem and cfg.refuse_uncalibrated:
-        raise UserError(f"roles.grader: the judge {cfg.path} is refused: {cal.problem} ({cal.n_pos} good, "
+        raise UserError(f"roles.grader: the judge {cfg.judge_name} is refused: {cal.problem} ({cal.n_pos} good, "
                         f"{cal.n_neg} wrong and {cal.n_injected} injected audit outputs of {', '.join(envs)}); "
                         f"use a stronger judge or a task with a deterministic verifier.")
 
@@ -87,6 +87,14 @@ class GraderRole:
             return None
         from tracerl.models.device import resolve_device
 
+        if cfg.url is not None:  # a judge behind an OpenAI-compatible endpoint: no local model, no device
+            from tracerl.verifiers.remote_judge import RemoteJudge
+
+            grader = RemoteJudge(cfg.url, cfg.model, prompt=cfg.prompt or DEFAULT_PROMPT, threshold=cfg.threshold or 0.5,
+                                 api_key_env=cfg.api_key_env)
+            if envs:
+                calibrate(grader, cfg, envs)
+            return cls(cfg, grader)
         device = resolve_device(cfg.device, default=default_device,
                                 what="roles.grader.device" if cfg.device else "model.device")
         try:
