@@ -12,13 +12,13 @@ from tracerl.rollout import LoopBudgets
 from tracerl.train.demos import tokenize_demo
 from tracerl.run.rejection import RULE, rejection_sample
 from tracerl.train.sft import train_sft
-from tracerl.train.sft_data import load_conversations
+from tracerl.train.sft_data import load_conversations, native_tools_of
 
 
 def load_sft_data(recipe: Recipe):
     """The conversations file's demonstrations when the recipe trains on one (validated before any run dir exists)."""
     wants = recipe.sft.source == "data" and "sft" in recipe.stages
-    return load_conversations(recipe.sft.data) if wants else None
+    return load_conversations(recipe.sft.data, native=native_tools_of(recipe)) if wants else None
 
 
 def run_sft_stage(source: str, *, stage: str, recipe: Recipe, model, tokenizer, engine, spec, demos, train_tasks,

@@ -29,7 +29,7 @@ class NativeTools:
 
     def tools_text(self) -> str:
         """The schemas as text (part of the tiny tokenizer's corpus: the template shows them to the model)."""
-        return "\n".join(self.schema_lines())
+        return "\n".join([*self.schema_lines(), "system user assistant tool # Tools <tools> </tools> Call a tool as"])
 
     def schema_lines(self) -> list[str]:
         """Each schema as the templates' `tojson` writes it (one line each)."""
