@@ -77,6 +77,10 @@ def register_env(spec: EnvSpec) -> EnvSpec:
 
 def get_env(name: str) -> EnvSpec:
     _load_builtins()
+    if name not in _REGISTRY and name.split(":", 1)[0] in ("verifiers", "openenv"):  # another framework's env
+        from tracerl.envs.adapters import resolve
+
+        resolve(name)
     if name not in _REGISTRY:
         import difflib
 
