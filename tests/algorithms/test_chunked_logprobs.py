@@ -16,23 +16,50 @@ def test_chunk_rows_caps_the_logits_per_chunk():
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_chunked_scores_and_gradients_equal_the_plain_computation(monkeypatch, temperature):
+def test_capped_chunks_equal_the_plain_computation(monkeypatch, temperature):
+    # the no-gradient path (old / reference log-probs) and a top-k one with gradient (checkpointed chunks)
     monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", 3 * 40)  # V = 40: 3 positions a chunk, 23 positions → 8 chunks
     g = torch.Generator().manual_seed(0)
     N, H, V = 23, 16, 40
     # float64 (kept so by the chunked path): the comparison is of the chunking, not of float32 rounding
-    h1 = torch.randn(N, H, generator=g, dtype=torch.float64, requires_grad=True)
-    w1 = torch.randn(V, H, generator=g, dtype=torch.float64, requires_grad=True)
+    h = torch.randn(N, H, generator=g, dtype=torch.float64)
+    w = torch.randn(V, H, generator=g, dtype=torch.float64)
     t = torch.randint(0, V, (N,), generator=g)
-    h2, w2 = h1.detach().clone().requires_grad_(True), w1.detach().clone().requires_grad_(True)
     calls = []
     real = logprobs._from_hidden
     monkeypatch.setattr(logprobs, "_from_hidden", lambda h, *a: calls.append(h.shape[0]) or real(h, *a))
-    lp, ent, _ = chunked_token_scores(h1, t, lm_head=w1, chunk_size=1024, temperature=temperature)
-    assert calls[:8] == [3] * 7 + [2]  # the cap, not chunk_size, set the chunks (backward recomputes them)
-    lp_ref, ent_ref = naive_token_logprobs_and_entropy(h2[None], t[None], lm_head=w2, temperature=temperature)
+    with torch.no_grad():
+        lp, ent, _ = chunked_token_scores(h, t, lm_head=w, chunk_size=1024, temperature=temperature)
+    assert calls == [3] * 7 + [2]  # the cap, not chunk_size, set the chunks
+    lp_ref, ent_ref = naive_token_logprobs_and_entropy(h[None], t[None], lm_head=w, temperature=temperature)
     assert torch.allclose(lp, lp_ref[0], atol=1e-6) and torch.allclose(ent, ent_ref[0], atol=1e-6)
+    # top-k 39 of 40 with gradient: the checkpointed chunks, again 8 of them
+    calls.clear()
+    hg = h.clone().requires_grad_(True)
+    lp_k, _, full = chunked_token_scores(hg, t, lm_head=w, chunk_size=1024, temperature=temperature, top_k=39)
+    assert calls == [3] * 7 + [2] and torch.allclose(full, lp_ref[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_fused_head_backward_equals_the_plain_computation(monkeypatch, temperature):
+    # V = 40 and at most 3·40 logits a chunk: 3 rows < chunk_size 1024, so the hand-written backward
+    # (algorithms/fused_head.py) runs; with a bias, targets < 0 (−100 padding) giving log-prob 0
+    monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", 3 * 40)
+    g = torch.Generator().manual_seed(1)
+    N, H, V = 23, 16, 40
+    head = torch.nn.Linear(H, V, dtype=torch.float64)
+    h1 = torch.randn(N, H, generator=g, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, V, (N,), generator=g)
+    t[[4, 11]] = -100
+    lp, ent, full = chunked_token_scores(h1, t, lm_head=head, temperature=temperature)
+    assert type(lp.grad_fn).__name__ == "HeadScoresBackward" and full is lp
     c = torch.linspace(-1, 1, N, dtype=torch.float64)
     (lp * c + 0.3 * ent).sum().backward()
+    got = [h1.grad.clone(), head.weight.grad.clone(), head.bias.grad.clone()]
+    h1.grad = head.weight.grad = head.bias.grad = None
+    lp_ref, ent_ref = naive_token_logprobs_and_entropy(h1[None], t[None], lm_head=head, temperature=temperature)
+    assert torch.allclose(lp, lp_ref[0], atol=1e-6) and torch.allclose(ent, ent_ref[0], atol=1e-6)
+    assert lp[4] == 0 and lp[11] == 0
     (lp_ref[0] * c + 0.3 * ent_ref[0]).sum().backward()
-    assert torch.allclose(h1.grad, h2.grad, atol=1e-6) and torch.allclose(w1.grad, w2.grad, atol=1e-6)
+    for a, b in zip(got, [h1.grad, head.weight.grad, head.bias.grad]):
+        assert torch.allclose(a, b, atol=1e-6)

@@ -137,7 +137,14 @@ def chunked_token_scores(
     else:
         grad = grad and x.requires_grad
     outs = []
-    chunk_size = chunk_rows(chunk_size, (weight.shape[0] if weight is not None else x.shape[-1]))
+    rows = chunk_rows(chunk_size, (weight.shape[0] if weight is not None else x.shape[-1]))
+    processed = top_p < 1.0 or top_k > 0
+    if grad and lm_head is not None and not processed and rows < chunk_size:  # a large vocabulary: one weight-gradient buffer
+        from tracerl.algorithms.fused_head import HeadScores
+
+        logp, ent = HeadScores.apply(x, weight, bias, targets, temperature, rows)
+        return logp, ent, logp
+    chunk_size = rows
     for s in range(0, x.shape[0], chunk_size):
         xc, tc = x[s:s + chunk_size], targets[s:s + chunk_size]
         if lm_head is not None:
@@ -149,7 +156,6 @@ def chunked_token_scores(
         empty = x.new_zeros(0, dtype=torch.float32)
         return empty, empty, empty
     logp, ent = torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
-    processed = top_p < 1.0 or top_k > 0
     return logp, ent, (torch.cat([o[2] for o in outs]) if processed else logp)
 
 

@@ -1,0 +1,83 @@
+"""Log-probs and entropies through the LM head with a hand-written chunked backward: one weight-gradient buffer.
+
+`logprobs.chunked_token_scores` runs each chunk under activation checkpointing; autograd then gives every
+chunk's backward a `[V, H]` weight gradient of its own, added to the running sum (113 MB a chunk at SmolLM2's
+49,152 × 576, on top of the sum itself). `HeadScores` recomputes each chunk's logits in its backward and adds the
+chunk's gradient into one float32 buffer in place (`addmm_`), as Liger-Kernel's fused linear cross-entropy does
+(Hsu et al. 2024; Wijmans et al. 2024), in pure torch. For z = (x·Wᵀ + b)/τ, p = softmax(z), lse = logsumexp(z):
+
+    log p(y) = z_y − lse                 ∂/∂z = onehot(y) − p
+    H = lse − Σ p·z                      ∂H/∂z_k = −p_k·(z_k − lse + H)
+
+Used only for the plain tempered distribution (no top-k/top-p), when the vocabulary is large enough that a
+chunk holds fewer positions than asked (`logprobs.chunk_rows`): the small-vocabulary recipes keep the
+checkpointed path, bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _chunk(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float):
+    z = x @ weight.t()
+    if bias is not None:
+        z = z + bias
+    z = z.float() if z.dtype != torch.float64 else z
+    return z / temperature if temperature != 1.0 else z
+
+
+class HeadScores(torch.autograd.Function):
+    """(logp_N, entropy_N) of `targets_N` (< 0: logp 0) under softmax((x·Wᵀ + b)/τ), `rows` positions at a time."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, targets, temperature: float, rows: int):
+        logp, ent = [], []
+        with torch.no_grad():
+            for s in range(0, x.shape[0], rows):
+                z = _chunk(x[s:s + rows], weight, bias, temperature)
+                lse = torch.logsumexp(z, dim=-1)
+                t = targets[s:s + rows]
+                lp = z.gather(-1, t.clamp_min(0)[:, None])[:, 0] - lse
+                logp.append(torch.where(t >= 0, lp, torch.zeros_like(lp)))
+                ent.append(lse - (torch.softmax(z, dim=-1) * z).sum(dim=-1))
+        ctx.temperature, ctx.rows = temperature, rows
+        logp = torch.cat(logp) if logp else x.new_zeros(0, dtype=torch.float32)
+        ent = torch.cat(ent) if ent else x.new_zeros(0, dtype=torch.float32)
+        ctx.save_for_backward(x, weight, bias, targets, ent)
+        return logp, ent
+
+    @staticmethod
+    def backward(ctx, g_logp, g_ent):
+        x, weight, bias, targets, ent = ctx.saved_tensors
+        rows, tau = ctx.rows, ctx.temperature
+        want_x, want_w, want_b = ctx.needs_input_grad[:3]
+        acc = torch.float64 if weight.dtype == torch.float64 else torch.float32
+        gx = torch.zeros_like(x) if want_x else None
+        gw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if want_w else None
+        gb = torch.zeros(weight.shape[0], dtype=acc, device=weight.device) if want_b else None
+        for s in range(0, x.shape[0], rows):
+            xc, t = x[s:s + rows], targets[s:s + rows]
+            with torch.no_grad():
+                z = _chunk(xc, weight, bias, tau)
+                lse = torch.logsumexp(z, dim=-1, keepdim=True)
+                p = torch.exp(z - lse)
+                ge = g_ent[s:s + rows].to(z.dtype)[:, None] if g_ent is not None else None
+                gl = g_logp[s:s + rows].to(z.dtype) * (t >= 0) if g_logp is not None else None
+                # ∂/∂z = gl·(onehot − p) − ge·p·(z − lse + H), built in place on z
+                if ge is not None:
+                    dz = z.sub_(lse).add_(ent[s:s + rows].to(z.dtype)[:, None]).mul_(p).mul_(-ge)
+                else:
+                    dz = torch.zeros_like(z)
+                if gl is not None:
+                    dz.sub_(p.mul_(gl[:, None]))
+                    dz.scatter_add_(-1, t.clamp_min(0)[:, None], gl[:, None])
+                if tau != 1.0:
+                    dz.div_(tau)
+                if want_x:
+                    gx[s:s + rows] = (dz.to(weight.dtype) @ weight).to(x.dtype)
+                if want_w:
+                    gw.addmm_(dz.t().to(acc), xc.to(acc))
+                if want_b:
+                    gb.add_(dz.sum(0).to(acc))
+        return (gx, gw.to(weight.dtype) if want_w else None, gb.to(bias.dtype) if want_b else None, None, None, None)
