@@ -1,16 +1,14 @@
 """Environments written for other frameworks, trained on as tracerl environments (docs/adapters.md).
 
 `env.name: verifiers:<module>` (verifiers_env.py) and `env.name: openenv:<module:Class>`
-(openenv_env.py, not built yet) are resolved the first time `get_env` sees the name: the adapter
+(openenv_env.py) are resolved the first time `get_env` sees the name: the adapter
 imports the user's module, builds an `EnvSpec` under that exact name and registers it. Nothing here
 imports the optional packages until such a name is asked for.
 """
 
 from __future__ import annotations
 
-from tracerl.errors import UserError
-
-PREFIXES = ("verifiers:",)
+PREFIXES = ("verifiers:", "openenv:")
 
 
 def resolve(name: str):
@@ -20,7 +18,9 @@ def resolve(name: str):
 
         return install(name)
     if name.startswith("openenv:"):
-        raise UserError(f"env.name {name!r}: the OpenEnv adapter is not built yet; see docs/adapters.md")
+        from tracerl.envs.adapters.openenv_env import install as install_openenv
+
+        return install_openenv(name)
     return None
 
 
