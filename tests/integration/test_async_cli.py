@@ -34,8 +34,8 @@ def test_async_smoke_runs_and_resumes(tmp_path, eta):
     rl = [r for r in rows if r["stage"] == "rl" and "async/staleness/mean" in r]
     assert len(rl) == 3 and all(r["async/staleness/max"] <= eta for r in rl)
     assert all(0 < r["async/ess_frac"] <= 1 for r in rl[1:])
-    assert _steps(run_dir) == [0, 1, 2]
+    assert _steps(run_dir) == [1, 2, 3]
     resumed = _run("train", "--resume", str(run_dir), "rl.steps=4")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "rl step   4/4" in resumed.stdout
-    assert _steps(run_dir) == [0, 1, 2, 3]
+    assert _steps(run_dir) == [1, 2, 3, 4]
