@@ -70,8 +70,4 @@ def check_reward(r) -> str | None:
     if "sft" in r.stages and r.sft.source == "expert":
         return ("a reward: recipe has no scripted expert to imitate; set sft.data to a JSONL of conversations, or drop "
                 "the sft stage (stages: [eval, rl, eval])")
-    if r.rl.mode == "async" or r.run.backend == "ray":
-        what = "rl.mode: async" if r.rl.mode == "async" else "run.backend: ray"
-        return (f"reward: does not run with {what} yet: its worker processes rebuild environments by registered name, "
-                "and the reward functions live in this process; use rl.mode: sync with run.backend: local")
     return None

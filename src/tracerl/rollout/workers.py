@@ -83,6 +83,7 @@ class SpecRef:
     faults: dict | None = None
     modules: tuple[str, ...] = ()
     tool_parser: str | None = None  # env.tool_format: native with this parser (None: the grammar)
+    reward: dict | None = None  # a reward: recipe's section, functions as the driver resolved them (envs/dataset)
 
     @classmethod
     def for_recipe(cls, recipe) -> SpecRef:
@@ -92,7 +93,8 @@ class SpecRef:
         module = getattr(get_env(recipe.env.name).make, "__module__", None)
         return cls(recipe.env.name, recipe.faults.model_dump() if recipe.faults.active else None,
                    (module,) if module and module != "__main__" else (),
-                   recipe.env.tool_parser if recipe.env.tool_format == "native" else None)
+                   recipe.env.tool_parser if recipe.env.tool_format == "native" else None,
+                   recipe.reward.model_dump() if getattr(recipe, "reward", None) is not None else None)
 
     def build(self):
         from tracerl.envs import get_env
@@ -101,6 +103,10 @@ class SpecRef:
 
         for m in self.modules:
             importlib.import_module(m)
+        if self.reward is not None:  # the dataset env over the recipe's reward functions, imported here
+            from tracerl.envs.dataset import install_in_worker
+
+            install_in_worker(self.reward)
         from tracerl.envs.native_tools import native_spec
 
         spec = native_spec(get_env(self.name), "native" if self.tool_parser else "grammar", self.tool_parser or "hermes")

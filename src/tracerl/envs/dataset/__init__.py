@@ -91,6 +91,15 @@ def install(recipe, search: Sequence[str | Path] = ()) -> RewardFuncsVerifier | 
     if not heldout and ("eval" in recipe.stages or recipe.rl.eval_every):
         raise UserError("the reward: recipe evaluates on held-out rows, but no row of tasks.sources has split: heldout; "
                         "mark some rows `\"split\": \"heldout\"` or add a source with split: heldout")
+    verifier = register(cfg, funcs, tasks)
+    targets = [f.target for f in funcs]
+    if targets != list(cfg.funcs):
+        recipe.reward = cfg.model_copy(update={"funcs": targets})
+    return verifier
+
+
+def register(cfg, funcs, tasks: Sequence[Task] = ()) -> RewardFuncsVerifier:
+    """Register the `dataset` environment and its verifier over resolved `funcs` in this process."""
     verifier = RewardFuncsVerifier(funcs, timeout_s=cfg.timeout_s, prompt_of=lambda t: t.prompt)
     register_verifier(VERIFIER_NAME, lambda: verifier, replace=True)
     system = cfg.system_prompt
@@ -102,10 +111,18 @@ def install(recipe, search: Sequence[str | Path] = ()) -> RewardFuncsVerifier | 
         name=DATASET_ENV, revision=REVISION, make=lambda: DatasetEnv(verifier, system), generate=generate,
         expert=_no_expert, reward_weights=dict(zip(verifier.components, cfg.weight_list())), stop_strings=tuple(cfg.stop_strings),
         verifier=VERIFIER_NAME, description="One completion per row, scored by the recipe's reward functions."))
-    targets = [f.target for f in funcs]
-    if targets != list(cfg.funcs):
-        recipe.reward = cfg.model_copy(update={"funcs": targets})
     return verifier
 
 
-__all__ = ["DatasetEnv", "install", "REVISION"]
+def install_in_worker(reward: dict) -> RewardFuncsVerifier:
+    """What a rollout worker (a spawned process of rl.mode: async, a Ray actor) does before it plays: import
+    the functions the driver resolved (`reward` is the driver's `recipe.reward` after `install`, whose
+    files are absolute paths) and register the environment. The rows arrive in the jobs, so none are read;
+    the revisions are the source hashes the driver recorded, so trajectories name the same verifier."""
+    from tracerl.config.reward import RewardConfig
+
+    cfg = RewardConfig(**reward)
+    return register(cfg, resolve_funcs(cfg.funcs))
+
+
+__all__ = ["DatasetEnv", "install", "install_in_worker", "register", "REVISION"]
