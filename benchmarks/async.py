@@ -15,7 +15,7 @@ target (by default sync's final held-out success, i.e. "the same success sync en
 seed; linear between the two evaluations around the crossing); accepted (trained) trajectories per second; trajectories rejected as stale; the mean ESS
 fraction of the importance weights π_prox/π_behavior (async; sync is on-policy: 1); final held-out
 success; and the steady-state step time (median gap between consecutive RL steps, evaluation gaps
-left out), which is the throughput once the workers are up. `rl.rollout_workers` is min(`--workers`, η + 1)
+left out), which is the throughput once the workers are up. `rollout.workers` is min(`--workers`, η + 1)
 (more could never be busy). `--sft-checkpoint` may hold `{seed}` (one checkpoint per seed). `--summarize LOG`
 re-prints the table of a finished run; the last lines pool the seeds (mean of the per-seed ratios,
 mean final success with its spread).
@@ -133,7 +133,7 @@ def main() -> None:
             r["step_s"] = steady_step_s(run, {x["step"] for x in rows if x["stage"] == "rl" and "eval/success" in x})
         return table(set_targets(results, a.target_frac), a)
     configs = [("sync", [])] + [(f"async-eta{e}", ["rl.mode=async", f"rl.max_staleness={e}",
-                                                   f"rl.rollout_workers={min(a.workers, e + 1)}"]) for e in a.etas]
+                                                   f"rollout.workers={min(a.workers, e + 1)}"]) for e in a.etas]
     results = []
     for seed in a.seeds:
         ckpt = Path(a.sft_checkpoint.format(seed=seed)) if a.sft_checkpoint else sft_checkpoint(seed, root, common)

@@ -179,7 +179,7 @@ def test_no_trajectory_older_than_eta_is_trained(tiny, eta, workers, learner_tic
     assume(workers <= eta + 1)  # more workers than η + 1 is refused at load (test_async_keys_are_checked)
     model0, tok = tiny
     model = copy.deepcopy(model0)
-    recipe = _recipe("rl.mode=async", f"rl.max_staleness={eta}", f"rl.rollout_workers={workers}", "rl.steps=4",
+    recipe = _recipe("rl.mode=async", f"rl.max_staleness={eta}", f"rollout.workers={workers}", "rl.steps=4",
                      "rl.prompts_per_step=1", "rl.group_size=2", "rl.minibatches=1")
     with tempfile.TemporaryDirectory() as d, Store(Path(d) / "s.sqlite") as store:
         state = _run(model, tok, recipe, store, PARITY, factory=_delayed_factory(model, tok, delays, learner_ticks))
@@ -197,7 +197,7 @@ def test_a_job_overtaken_twice_is_rejected_and_counted(tiny, tmp_path):
     sampled by version 1, lag 2 > η, so both its trajectories are rejected, stored under rl_stale, counted."""
     model0, tok = tiny
     model = copy.deepcopy(model0)
-    recipe = _recipe("rl.mode=async", "rl.max_staleness=1", "rl.rollout_workers=2", "rl.steps=4",
+    recipe = _recipe("rl.mode=async", "rl.max_staleness=1", "rollout.workers=2", "rl.steps=4",
                      "rl.prompts_per_step=1", "rl.group_size=2", "rl.minibatches=1")
     logged = []
     with Store(tmp_path / "o.sqlite") as store:
@@ -265,7 +265,7 @@ def test_resume_trains_every_buffered_result_and_restarts_in_flight_jobs(tiny, t
     trajectories are trained (or rejected as stale, and counted), the in-flight jobs are restarted and recorded."""
     model0, tok = tiny
     model = copy.deepcopy(model0)
-    recipe = _recipe("rl.mode=async", "rl.max_staleness=2", "rl.rollout_workers=3", "rl.steps=4", "rl.checkpoint_every=2",
+    recipe = _recipe("rl.mode=async", "rl.max_staleness=2", "rollout.workers=3", "rl.steps=4", "rl.checkpoint_every=2",
                      "rl.prompts_per_step=1", "rl.group_size=2", "rl.minibatches=1")
     delays = [[1] * 12, [1] * 12, [1] * 12]  # fast workers: the buffer fills while the learner trains
     snaps = {}
@@ -290,8 +290,9 @@ def test_resume_trains_every_buffered_result_and_restarts_in_flight_jobs(tiny, t
             assert ev and ev[0]["payload"]["jobs"] == in_flight
 
 
-@pytest.mark.parametrize("bad", [["rl.max_staleness=2"], ["rl.rollout_workers=2"],
-                                 ["rl.mode=async", "rl.max_staleness=1", "rl.rollout_workers=3"]])  # 3 > η + 1 busy at most
+@pytest.mark.parametrize("bad", [["rl.max_staleness=2"], ["rollout.workers=2", "rollout.seeding=step"],
+                                 ["rl.mode=async", "rl.max_staleness=0", "rl.prompts_per_step=1", "rollout.workers=2"]])
+# the last: 2 workers > the (η + 1) × 1 group-sized jobs that may run at once
 def test_async_keys_are_checked(bad):
     with pytest.raises(UserError):
         load_recipe("smoke", bad)

@@ -135,7 +135,7 @@ def test_ray_worker_answers_the_worker_calls(tiny, ray_local):
 
 
 @pytest.mark.parametrize("bad", [["ray.num_cpus=4"],  # ray: without run.backend: ray
-                                 ["run.backend=ray", "rl.mode=async", "rl.max_staleness=2", "rl.rollout_workers=3"],  # more actors than CPUs
+                                 ["run.backend=ray", "rl.mode=async", "rl.max_staleness=2", "rollout.workers=3"],  # more actors than CPUs
                                  ["run.backend=ray", "ray.address=auto", "ray.num_cpus=3"],
                                  ["run.backend=ray", "ray.num_gpus_per_worker=1"],  # no GPU here
                                  ["run.backend=ray", "gateway.agent=x:y"]])

@@ -49,11 +49,11 @@ def check_ray(recipe) -> str | None:
         if ray != RayConfig():
             return "the ray: section applies only with run.backend: ray; set run.backend=ray or drop ray:"
     else:
-        workers = recipe.rl.rollout_workers if recipe.rl.mode == "async" else 1
+        workers = recipe.rollout.workers
         if ray.address is None and workers * ray.num_cpus_per_worker > ray.num_cpus:
             return (f"{workers} rollout actor(s) × ray.num_cpus_per_worker {ray.num_cpus_per_worker:g} need more than "
                     f"the local runtime's ray.num_cpus {ray.num_cpus}, so an actor would wait forever; raise "
-                    "ray.num_cpus or lower rl.rollout_workers / ray.num_cpus_per_worker")
+                    "ray.num_cpus or lower rollout.workers / ray.num_cpus_per_worker")
         if ray.address is None and ray.num_gpus_per_worker > 0 and not _cuda_available():
             return (f"ray.num_gpus_per_worker {ray.num_gpus_per_worker:g} asks for a GPU, and the local Ray runtime "
                     "sees none; set ray.num_gpus_per_worker=0 or connect to a GPU cluster with ray.address")

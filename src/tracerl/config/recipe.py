@@ -27,6 +27,7 @@ from tracerl.config.model import ModelConfig
 from tracerl.config.ray import RayConfig, check_ray
 from tracerl.config.reward import RewardConfig, check_reward
 from tracerl.config.rl import RLConfig
+from tracerl.config.rollout import RolloutConfig, check_rollout
 from tracerl.config.roles import RolesConfig
 from tracerl.config.run import RunConfig
 from tracerl.config.sampling import SamplingConfig
@@ -79,9 +80,28 @@ class Recipe(Cfg):
     """Learner processes of the RL stage (`ranks`: FSDP2-sharded policy over N gloo ranks; 1: in-process)."""
     ray: RayConfig = Field(default_factory=RayConfig)
     """Ray runtime and the rollout actors' resources (with run.backend: ray; docs/ray.md)."""
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    """Rollout engine workers (`workers`: data-parallel engines, sync and async), their seeding and weight sync."""
     reward: RewardConfig | None = None
     """Your own reward functions over the rows of tasks.sources (config/reward.py): the run's environment is then
     the single-turn `dataset` one; null: the environment's own verifier."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data):
+        rl = data.get("rl") if isinstance(data, dict) else None
+        if isinstance(rl, dict) and "rollout_workers" in rl:  # a config.yaml written before rollout.workers
+            n = rl.pop("rollout_workers")
+            if n != 1:
+                raise ValueError(f"rl.rollout_workers is now rollout.workers; set rollout.workers={n} instead")
+        return data
+
+    @model_validator(mode="after")
+    def _rollout_fits(self) -> Recipe:
+        problem = check_rollout(self)  # rollout.workers against the mode, η and the gateway (config/rollout.py)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _stage_steps(self) -> Recipe:

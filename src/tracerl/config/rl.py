@@ -89,8 +89,6 @@ class RLConfig(Cfg):
     max_staleness: int = Field(1, ge=0, le=64)
     """Async: η, the most policy versions a trained token may lag the learner (AReaL's bound); a rollout
     starts only within it and a batch rejects (and counts) what fell beyond it."""
-    rollout_workers: int = Field(1, ge=1, le=64)
-    """Async: rollout worker processes (one torch thread each)."""
     partial_rollouts: bool = True
     """Async: a weight update may land between the turns of an episode (later turns use the new version)."""
 
@@ -104,14 +102,9 @@ class RLConfig(Cfg):
     @model_validator(mode="after")
     def _async_fields_are_used(self) -> RLConfig:
         if self.mode == "sync":  # by value: a resolved config round-trips
-            changed = [f"rl.{k}" for k, d in (("max_staleness", 1), ("rollout_workers", 1), ("partial_rollouts", True))
-                       if getattr(self, k) != d]
+            changed = [f"rl.{k}" for k, d in (("max_staleness", 1), ("partial_rollouts", True)) if getattr(self, k) != d]
             if changed:
                 raise ValueError(f"{', '.join(changed)} applies only with rl.mode: async")
-        elif self.rollout_workers > self.max_staleness + 1:  # the start rule keeps ≤ η + 1 jobs outstanding
-            raise ValueError(f"rl.rollout_workers={self.rollout_workers} is more than the {self.max_staleness + 1} jobs "
-                             f"rl.max_staleness={self.max_staleness} lets run at once, so some workers would never "
-                             f"get one; set rl.rollout_workers <= {self.max_staleness + 1} or raise rl.max_staleness")
         return self
 
     @model_validator(mode="after")

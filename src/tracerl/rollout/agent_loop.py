@@ -130,7 +130,10 @@ def _play(engine: Engine, spec: EnvSpec, tasks: list[Task], group_ids: list[str]
     threaded = concurrent_steps or budgets.step_timeout_s is not None
     envs = [spec.make() for _ in tasks]
     threads = [EnvThread(f"tracerl-env-{i}") if threaded else None for i in range(len(tasks))]
-    seeds = [random.Random(f"{seed}:{i}").randrange(2**31) for i in range(len(tasks))]
+    if hasattr(generator, "for_rows"):  # rollout.seeding: group (rollout/group_seeds.py): keyed by group, not row
+        seeds = generator.reset_seeds(seed, group_ids)
+    else:
+        seeds = [random.Random(f"{seed}:{i}").randrange(2**31) for i in range(len(tasks))]
     v_name, v_revision = declared_verifier(spec)
     resets = run_all([(th, _reset, (env, task, s)) for th, env, task, s in zip(threads, envs, tasks, seeds)], None)
     episodes: list[_Episode] = []
@@ -169,9 +172,11 @@ def _play(engine: Engine, spec: EnvSpec, tasks: list[Task], group_ids: list[str]
             if not active:
                 break
             with watchdog.phase(f"engine.generate of {len(active)} rows"):
+                gen = generator.for_rows([ep.traj.group_id for _, ep in active]) if hasattr(generator, "for_rows") \
+                    else generator
                 samples = generate_rows(session, [k for k, _ in active], [ep.traj.token_ids for _, ep in active],
                                         max_new_tokens=room, stop_strings=spec.stop_strings,
-                                        stop_token_ids=[tok.eos_token_id], generator=generator, **sampling)
+                                        stop_token_ids=[tok.eos_token_id], generator=gen, **sampling)
             stepping = []
             for (_, ep), sample in zip(active, samples):
                 if isinstance(sample, Exception):  # this row's generate failed: its episode only

@@ -80,7 +80,7 @@ class AsyncSource:
         self.totals = dict(saved.totals)
         self.jobs: dict[int, RolloutJob] = {}  # issued and not yet received: their tasks, for the grader
         self.unlogged_stale: list = []
-        self.pool = WorkerPool(factory, cfg.rollout_workers)
+        self.pool = WorkerPool(factory, recipe.rollout.workers)
 
     def budget_left(self) -> bool:
         return tokens_left(self.recipe, self.state)

@@ -111,7 +111,7 @@ class TorchEngine:
         """The plain loop every faster path must reproduce (same tokens, same log-probs)."""
         B = len(prompts)
         budgets = row_budgets(max_new_tokens, B)
-        uniforms = draw_uniforms(B, max(budgets), generator)
+        uniforms = draw_uniforms(B, max(budgets), generator, budgets)
         L = max(len(p) for p in prompts)
         ids = torch.full((B, L), self.pad_id, dtype=torch.long)
         mask = torch.zeros((B, L), dtype=torch.long)

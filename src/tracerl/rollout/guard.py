@@ -63,9 +63,11 @@ def generate_rows(session, keys: list, sequences: list, *, max_new_tokens: list[
         if len(keys) == 1:
             return [sys.exc_info()[1]]
     out = []
-    for key, seq, room in zip(keys, sequences, max_new_tokens):
+    rows = kw.pop("generator", None)
+    for i, (key, seq, room) in enumerate(zip(keys, sequences, max_new_tokens)):
+        gen = rows.select([i]) if hasattr(rows, "select") else rows  # rollout.seeding: group: the row's own
         try:
-            out.append(session.generate([key], [seq], max_new_tokens=[room], **kw)[0])
+            out.append(session.generate([key], [seq], max_new_tokens=[room], generator=gen, **kw)[0])
         except Exception as err:  # noqa: BLE001 - this row's failure ends this row's episode only
             out.append(err)
     return out

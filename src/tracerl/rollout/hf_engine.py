@@ -109,6 +109,11 @@ class HFGenerateEngine:
 
         B = len(prompts)
         budgets = row_budgets(max_new_tokens, B)
+        if hasattr(generator, "by_group"):  # rollout.seeding: group: one call (one seed) per group
+            kw = dict(temperature=temperature, top_p=top_p, top_k=top_k, stop_strings=stop_strings,
+                      stop_token_ids=stop_token_ids)
+            return generator.by_group(lambda rows, g: self.generate([prompts[i] for i in rows], generator=g,
+                                                                     max_new_tokens=[budgets[i] for i in rows], **kw))
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
         dev = self.device
         L = max(len(p) for p in prompts)

@@ -104,7 +104,7 @@ class GenerationSession:
         B = len(sequences)
         budgets = row_budgets(max_new_tokens, B)
         R = max(budgets)
-        uniforms = draw_uniforms(B, R, generator)
+        uniforms = draw_uniforms(B, R, generator, budgets)
         stops = eng.stop_rule(stop_strings, stop_token_ids)
         seqs = [list(s) for s in sequences]
 

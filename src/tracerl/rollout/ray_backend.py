@@ -107,7 +107,7 @@ def backend_manifest(recipe) -> dict:
     return {"name": "ray", "ray_version": ray.__version__, "address": recipe.ray.address or "local",
             "cluster": {"CPU": res.get("CPU", 0.0), "GPU": res.get("GPU", 0.0), "nodes": len(ray.nodes())},
             "rollout_actor": {"num_cpus": recipe.ray.num_cpus_per_worker, "num_gpus": recipe.ray.num_gpus_per_worker},
-            "rollout_actors": recipe.rl.rollout_workers if recipe.rl.mode == "async" else 1}
+            "rollout_actors": recipe.rollout.workers}
 
 
 def _settings(model, tokenizer, recipe, spec_ref, hashes, *, seed: int, threads: int, partial: bool) -> WorkerSettings:

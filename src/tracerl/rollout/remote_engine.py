@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import httpx
 import torch
 
-from tracerl.rollout.sampling import Sample
+from tracerl.rollout.sampling import Sample, row_seeds
 
 
 @dataclasses.dataclass
@@ -85,7 +85,7 @@ class RemoteEngine:
                  stop_strings: tuple[str, ...] = (), stop_token_ids: Sequence[int] = (),
                  generator: torch.Generator | None = None) -> list[RemoteSample]:
         budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
-        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
+        seeds = row_seeds(len(prompts), generator)
         bodies = [{"model": self.model, "prompt": [int(t) for t in p], "max_tokens": int(b), "temperature": temperature,
                    "top_p": top_p, "top_k": top_k, "seed": int(s), "logprobs": 1, "return_token_ids": True,
                    "stop": list(stop_strings) or None, "stop_token_ids": list(stop_token_ids) or None,

@@ -22,9 +22,19 @@ class Sample:
     entropies: list[float] = dataclasses.field(default_factory=list)  # of the sampling distribution
 
 
-def draw_uniforms(rows: int, max_new: int, generator: torch.Generator | None) -> torch.Tensor:
-    """One uniform per row and new token: `u[i, t]` decides row i's t-th sampled token."""
+def draw_uniforms(rows: int, max_new: int, generator, budgets=None) -> torch.Tensor:
+    """One uniform per row and new token: `u[i, t]` decides row i's t-th sampled token. A `RowGenerators`
+    (rollout/group_seeds.py, `rollout.seeding: group`) draws each group's rows from its own generator."""
+    if hasattr(generator, "uniforms"):
+        return generator.uniforms(budgets if budgets is not None else [max_new] * rows, max_new)
     return torch.rand((rows, max(max_new, 1)), generator=generator)
+
+
+def row_seeds(rows: int, generator) -> list[int]:
+    """One sampling seed per row (engines that seed each row), drawn group by group from a `RowGenerators`."""
+    if hasattr(generator, "seeds"):
+        return generator.seeds()
+    return torch.randint(0, 2**31 - 1, (rows,), generator=generator).tolist()
 
 
 def sample_next(logits_BV: torch.Tensor, u_B: torch.Tensor, *, temperature: float, top_p: float,

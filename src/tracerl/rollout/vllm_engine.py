@@ -37,7 +37,7 @@ from collections.abc import Sequence
 import torch
 
 from tracerl.errors import UserError
-from tracerl.rollout.sampling import Sample
+from tracerl.rollout.sampling import Sample, row_seeds
 from tracerl.rollout.stops import StopRules, row_budgets
 
 
@@ -129,7 +129,7 @@ class VLLMEngine:
 
         B = len(prompts)
         budgets = row_budgets(max_new_tokens, B)
-        seeds = torch.randint(0, 2**31 - 1, (B,), generator=generator).tolist()
+        seeds = row_seeds(B, generator)
         greedy = temperature == 0.0
         params = [SamplingParams(max_tokens=b, temperature=float(temperature), top_p=1.0 if greedy else float(top_p),
                                  top_k=-1 if (greedy or not top_k) else int(top_k), seed=int(s), logprobs=0,
