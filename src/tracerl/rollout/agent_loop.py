@@ -36,7 +36,7 @@ from tracerl.rollout.engine import StatelessSession
 from tracerl.rollout.engine_api import Engine
 from tracerl.rollout.env_threads import EnvThread, run_all
 from tracerl.rollout.guard import Watchdog, generate_rows, infra_reason
-from tracerl.rollout.render import observation_bounds, render_observation, render_prompt
+from tracerl.rollout.render import observation_bounds, render_observation, render_prompt, render_user_turn
 from tracerl.rollout.tool_turns import render_native_prompt, render_tool_turn
 
 
@@ -250,12 +250,15 @@ def _take_step(ep: _Episode, sample, text: str, step, state_hash: str, spec: Env
             traj.verifier_name, traj.verifier_revision = str(info["verifier"]), str(info.get("verifier_revision", ""))
         return
     native = getattr(ep.env, "native_tools", None)  # native tool mode: a call turn may end with EOS (Llama 3)
+    user_turn = info.get("observation_role") == "user"  # the env answers as the user (a verifiers multi-turn env)
     if (sample.finish == "stop" and sample.token_ids and sample.token_ids[-1] == tok.eos_token_id
-            and not (native and step.observation is not None)):
+            and not ((native or user_turn) and step.observation is not None)):
         _finish(ep, spec, TerminalReason.EOS, None)  # the policy stopped without a final answer
         return
     if step.observation is not None:
-        if native:  # the result in the template's tool role after the sampled call, which stays as sampled
+        if user_turn:  # the next user message in the template's user role, after the sampled turn
+            obs_ids, obs_roles = render_user_turn(tok, step.observation, sample.token_ids[-1] if sample.token_ids else None)
+        elif native:  # the result in the template's tool role after the sampled call, which stays as sampled
             obs_ids, obs_roles = render_tool_turn(tok, step.observation, native,
                                                   sample.token_ids[-1] if sample.token_ids else None)
         else:

@@ -90,3 +90,46 @@ def observation_bounds(roles: list[TokenRole]) -> tuple[int, int]:
     """[start, end) of the OBSERVATION tokens inside a rendered observation (its span's extent)."""
     inside = [i for i, r in enumerate(roles) if r == TokenRole.OBSERVATION]
     return (inside[0], inside[-1] + 1) if inside else (len(roles), len(roles))
+
+
+def user_role_wrap(tokenizer) -> tuple[str, str] | None:
+    """(text before, text after) a user message that follows the policy's turn, as the chat template
+    renders [user, assistant, user] with the generation prompt; None when the template alters the
+    probe. `before` closes the policy's turn and opens the user turn, `after` closes it and opens the
+    next assistant turn. Cached on the tokenizer."""
+    cached = getattr(tokenizer, "_tracerl_user_wrap", False)
+    if cached is not False:
+        return cached
+    wrap = None
+    try:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_ACTION},
+             {"role": "user", "content": _PROBE_OBS}], tokenize=False, add_generation_prompt=True)
+        a, o = text.find(_PROBE_ACTION), text.find(_PROBE_OBS)
+        if 0 <= a < o:
+            wrap = (text[a + len(_PROBE_ACTION):o], text[o + len(_PROBE_OBS):])
+    except Exception:  # no chat template: the message goes inline
+        wrap = None
+    try:
+        tokenizer._tracerl_user_wrap = wrap
+    except AttributeError:
+        pass
+    return wrap
+
+
+def render_user_turn(tokenizer, text: str, last_action_id: int | None) -> tuple[list[int], list[TokenRole]]:
+    """An environment's next user message (a verifiers multi-turn env), appended after the policy's turn
+    in the template's user role: the turn-closing and header text are TEMPLATE, the message OBSERVATION
+    (never trained on). An end-of-turn token the policy already sampled is not added again. Each piece
+    is tokenized on its own and appended; nothing already in the sequence is re-tokenized."""
+    wrap = user_role_wrap(tokenizer)
+    body = encode_observation(tokenizer, text)
+    if wrap is None:
+        return body, [TokenRole.OBSERVATION] * len(body)
+    before, after = wrap
+    eos = tokenizer.eos_token
+    if last_action_id is not None and last_action_id == tokenizer.eos_token_id and eos and before.startswith(eos):
+        before = before[len(eos):]
+    b, a = (encode_observation(tokenizer, w) if w else [] for w in (before, after))
+    return (b + body + a,
+            [TokenRole.TEMPLATE] * len(b) + [TokenRole.OBSERVATION] * len(body) + [TokenRole.TEMPLATE] * len(a))

@@ -22,9 +22,11 @@ the function). A scoring error is an `infra_failure`, never a reward of 0.
 
 Where this departs from running verifiers itself: verifiers 0.4 runs an agent as a harness program
 (a PEP 723 script that `uv` installs, in a runtime, behind its own interception proxy), which needs
-`uv` and network at run time; here the agent is tracerl's, single-turn. Rewards that need the
+`uv` and network at run time; here the agent is tracerl's (single-turn, or a multi-turn env's run). Rewards that need the
 task's runtime (a `runtime` parameter without a default) cannot run and are refused before any
-rollout; multi-turn tasksets (MCP `Toolset`s, user simulators) are not supported yet.
+rollout. A `load_environment()` that returns a multi-turn `vf.Env` (one whose `run` drives a conversation
+with `Interaction.turn`) is played turn by turn (verifiers_chat.py); tool servers (MCP `Toolset`s) and
+envs with several agents (user simulators with their own model) are not supported yet.
 """
 
 from __future__ import annotations
@@ -76,6 +78,12 @@ def _load_module(target: str):
 
 def load_taskset(target: str):
     """The `vf.Taskset` of `target`'s `load_environment()`."""
+    return load_env(target)[1]
+
+
+def load_env(target: str):
+    """(the multi-turn `vf.Env` or None, its `vf.Taskset`) of `target`'s `load_environment()`: an env other
+    than `SingleAgentEnv` drives its own conversation (verifiers_chat.py); a plain taskset is single-turn."""
     vf = _vf()
     mod, where = _load_module(target)
     make = getattr(mod, "load_environment", None)
@@ -85,7 +93,10 @@ def load_taskset(target: str):
     taskset = getattr(env, "taskset", env)
     if not isinstance(taskset, vf.Taskset):
         raise UserError(f"{where}: load_environment() returned {type(env).__name__}; return a verifiers Taskset or Env")
-    return taskset
+    from verifiers.v1.envs.single_agent import SingleAgentEnv
+
+    multi = isinstance(env, vf.Env) and not isinstance(env, SingleAgentEnv)
+    return (env if multi else None), taskset
 
 
 def _reward_fns(vf_task) -> list:
@@ -136,6 +147,11 @@ class VerifiersScorer:
 
         return VerifierResult(self.score(task, text_of(trajectory)), {"reason": "verifiers"})
 
+    def score_trace(self, vf_task, trace) -> dict[str, float]:
+        """`vf_task.score(trace)`: the trace's rewards as components."""
+        asyncio.run(vf_task.score(trace))
+        return {k: float(r.score) for k, r in trace.rewards.items() if r is not None}
+
     def score(self, task: Task, reply: str) -> dict[str, float]:
         vf = _vf()
         from verifiers.v1.graph import MessageNode
@@ -148,8 +164,7 @@ class VerifiersScorer:
             cls = vf.SystemMessage if m["role"] == "system" else vf.AssistantMessage if m["role"] == "assistant" else vf.UserMessage
             trace.nodes.append(MessageNode(parent=len(trace.nodes) - 1 if trace.nodes else None, message=cls(content=m["content"])))
         trace.nodes.append(MessageNode(parent=len(trace.nodes) - 1, message=vf.AssistantMessage(content=reply), sampled=True))
-        asyncio.run(t.score(trace))
-        return {k: float(r.score) for k, r in trace.rewards.items() if r is not None}
+        return self.score_trace(t, trace)
 
 
 class VerifiersEnv:
@@ -193,7 +208,7 @@ def install(name: str) -> EnvSpec:
     target = name.partition(":")[2]
     if not target:
         raise UserError("env.name verifiers: needs a module, e.g. verifiers:my_env or verifiers:path/to/env.py")
-    taskset = load_taskset(target)
+    env, taskset = load_env(target)
     vf_tasks, tasks = {}, []
     for vt in taskset:
         tid = f"{name}:{vt.key}"
@@ -211,9 +226,16 @@ def install(name: str) -> EnvSpec:
     def generate(split: str, n: int, seed: int = 0, difficulty=None) -> list[Task]:
         return [t for t in tasks if t.split == split][:n]
 
-    return register_env(EnvSpec(name=name, revision=scorer.revision, make=lambda: VerifiersEnv(name, scorer),
+    make, kind, revision = (lambda: VerifiersEnv(name, scorer)), "single-turn", scorer.revision
+    if env is not None:  # a multi-turn env: its run() drives the conversation (verifiers_chat.py)
+        from tracerl.envs.adapters.verifiers_chat import VerifiersChatEnv, check_env, env_revision
+
+        agent = check_env(name, env, _vf())
+        make, kind = (lambda: VerifiersChatEnv(name, scorer, env, agent)), f"multi-turn ({type(env).__name__})"
+        revision = f"{scorer.revision}-{env_revision(env)}"
+    return register_env(EnvSpec(name=name, revision=revision, make=make,
                                 generate=generate, expert=_reference_expert, reward_weights=scorer.weights, stop_strings=(),
-                                description=f"the verifiers environment {target}, single-turn", verifier=name))
+                                description=f"the verifiers environment {target}, {kind}", verifier=name))
 
 
 __all__ = ["install", "load_taskset", "VerifiersEnv", "VerifiersScorer"]
