@@ -77,6 +77,8 @@ def overrides(s: dict, teachers: dict) -> list[str]:
            f"engine.name={s['engine']}"] + (["rl.algorithm.entropy.coef=0.01"] if s["algo"] != "mopd" else [])
     if s["mode"] == "async":
         out += ["rl.mode=async", "rl.max_staleness=1"]
+    if s["ranks"] == 2 and s["backend"] == "ray":  # the 2 learner ranks are Ray actors too, a CPU each
+        out += ["ray.num_cpus=3"]
     if s["params"] == "lora":
         out += ["model.lora.r=4"]
     if s["algo"] == "mopd":

@@ -194,13 +194,22 @@ def test_what_was_refused_now_loads_with_two_ranks(override):
     assert load_recipe("smoke", ["learner.ranks=2", *override]).learner.ranks == 2
 
 
-def test_only_a_gpu_placement_is_refused():
+def test_gpu_ranks_need_a_gpu_each():
+    # NCCL runs one rank per GPU: local processes need learner.ranks GPUs, Ray ranks reserve one each
     from tracerl.config import LoraSettings
     from tracerl.config.combinations import combination_problem
+    from tracerl.config.placement import check_placement
 
     recipe = load_recipe("smoke", ["learner.ranks=2", "model.device=cpu"])
-    assert combination_problem(recipe) is None
-    recipe.model.device = "cuda:0"  # the section's own checks only; the combination is judged below
-    assert "model.device 'cuda:0'" in combination_problem(recipe)
+    assert combination_problem(recipe) is None and check_placement(recipe) is None
+    recipe.model.device = "cuda:0"  # the section's own checks only; the placement is judged below
+    if not torch.cuda.is_available():
+        assert "local NCCL ranks need a GPU each and this machine has 0" in check_placement(recipe)
+    recipe.run.backend = "ray"  # auto: Ray actors, which must reserve a GPU each
+    assert "need a GPU each" in check_placement(recipe)
+    recipe.placement.learner.num_gpus = 1
+    assert check_placement(recipe) is None
     recipe.model.device, recipe.model.lora = "cpu", LoraSettings(r=8)
-    assert combination_problem(recipe) is None
+    assert "reserves GPUs the CPU learner does not use" in check_placement(recipe)
+    recipe.placement.learner.num_gpus = 0
+    assert combination_problem(recipe) is None and check_placement(recipe) is None

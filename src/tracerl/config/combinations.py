@@ -12,15 +12,9 @@ stay in the section's own file; the `Recipe` validator calls this once, after th
 from __future__ import annotations
 
 
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def combination_problem(recipe) -> str | None:
     """The first pair of settings the recipe combines that the run does not support, as one sentence; None
-    when everything combines. Six remain: each is meaningless or not written yet, and says why."""
+    when everything combines. Four remain: each is meaningless or not written yet, and says why."""
     gateway, m = recipe.gateway.agent, recipe.model
     # 1. gateway.agent: an external agent drives its episodes over HTTP through the trainer's own engine
     clash = ("envs:" if recipe.envs else "rl.mode: async" if recipe.rl.mode == "async" else
@@ -30,12 +24,7 @@ def combination_problem(recipe) -> str | None:
         return (f"gateway.agent does not combine with {clash}: its external agent drives one environment's episodes "
                 "over HTTP through the trainer's own engine (a torch or hf engine in this process, sampled between "
                 f"updates), so drop {clash} or gateway.agent")
-    # 2. learner.ranks on CUDA: the ranks run gloo on CPU; NCCL is not written yet
-    ranks, device = recipe.learner.ranks, m.device
-    if ranks > 1 and (device.startswith("cuda") or (device == "auto" and _cuda_available())):
-        return (f"learner.ranks: {ranks} does not run with model.device {device!r}: the ranks run on CPU (gloo) for "
-                "now; set model.device=cpu or learner.ranks: 1")
-    # 3. model.lora: the KL reference is the policy itself with its adapter disabled
+    # 2. model.lora: the KL reference is the policy itself with its adapter disabled
     if m.lora is not None and (any(s.reset_reference for s in recipe.rl.stages)
                                or m.reference_device not in (None, m.device)):
         what = ("an RL stage's reset_reference" if any(s.reset_reference for s in recipe.rl.stages)
@@ -48,18 +37,13 @@ def combination_problem(recipe) -> str | None:
 def _learner_problem(recipe) -> str | None:
     """Refusals of `learner.packing` / `learner.max_tokens_per_micro_batch` (train/packing.py)."""
     lc = recipe.learner
-    # 4. packing and the shared-prefix split lay out the same rows two different ways
+    # 3. packing and the shared-prefix split lay out the same rows two different ways
     if lc.packing and lc.share_prefix:
         return ("learner.packing does not combine with learner.share_prefix: true (the shared-prefix split runs the "
                 "rows padded on one common cache, packing runs them end to end without one); set "
                 "learner.share_prefix=false or learner.packing=false")
-    # 5. the ranks of a sharded learner run the same number of forwards; micro-batches per rank differ
     micro = lc.max_tokens_per_micro_batch is not None
-    if lc.ranks > 1 and (lc.packing or micro):
-        what = "learner.packing" if lc.packing else "learner.max_tokens_per_micro_batch"
-        return (f"{what} runs in the single-process learner only for now (the sharded ranks must run the same "
-                f"forwards); set learner.ranks=1 or drop {what}")
-    # 6. accumulating micro-batch gradients is exact only for a loss that is a sum over rows
+    # 4. accumulating micro-batch gradients is exact only for a loss that is a sum over rows
     if micro:
         from tracerl.train.minibatch import row_separable
 

@@ -31,6 +31,10 @@ class FaultsConfig(Cfg):
     """Extra seconds of a slow call (the median when `slow_sigma` > 0)."""
     slow_sigma: float = Field(0.0, ge=0.0, le=5.0)
     """Log-normal spread of a slow call: it takes slow_s · exp(σ·z), z standard normal (a long tail); 0 is fixed."""
+    kill_learner_rank_at_step: int | None = Field(None, ge=1)
+    """Kill the learner's last rank (a local process or Ray actor of `learner.ranks` > 1) just before RL update N:
+    the run stops with one sentence and `tracerl train --resume RUN faults.kill_learner_rank_at_step=null` goes
+    on from the last checkpoint (tests/reliability/test_learner_rank_loss.py)."""
     seed: int = Field(0, ge=0)
     """Seed of the fault draws (with the task id and reset seed)."""
 

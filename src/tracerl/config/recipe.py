@@ -24,6 +24,7 @@ from tracerl.config.gates import GatesConfig
 from tracerl.config.learner import LearnerConfig
 from tracerl.config.loggers import LoggersConfig
 from tracerl.config.model import ModelConfig
+from tracerl.config.placement import PlacementConfig, check_placement
 from tracerl.config.ray import RayConfig, check_ray
 from tracerl.config.reward import RewardConfig, check_reward
 from tracerl.config.rl import RLConfig
@@ -82,6 +83,9 @@ class Recipe(Cfg):
     """Ray runtime and the rollout actors' resources (with run.backend: ray; docs/ray.md)."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     """Rollout engine workers (`workers`: data-parallel engines, sync and async), their seeding and weight sync."""
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    """Where the learner's ranks run (in the trainer, local processes, Ray actors with their resources) and
+    the rollout actors' custom Ray resources (config/placement.py, docs/scale.md)."""
     reward: RewardConfig | None = None
     """Your own reward functions over the rows of tasks.sources (config/reward.py): the run's environment is then
     the single-turn `dataset` one; null: the environment's own verifier."""
@@ -114,7 +118,8 @@ class Recipe(Cfg):
         check_sft_source(self)
         if "faults" in self.eval.slices and not self.faults.active:
             raise ValueError("eval.slices lists faults but no fault rate is set; set e.g. faults.tool_crash=0.1 or drop the slice")
-        problem = check_reward(self) or check_envs(self) or check_mixture(self) or check_ray(self) or combination_problem(self)
+        problem = (check_reward(self) or check_envs(self) or check_mixture(self) or check_ray(self) or check_placement(self)
+                   or combination_problem(self))
         if problem:
             raise ValueError(problem)
         if "rl" in self.stages and self.sampling.temperature <= 0:

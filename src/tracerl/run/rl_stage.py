@@ -19,6 +19,7 @@ from tracerl.errors import UserError
 from tracerl.rollout.faults import wrap_spec
 from tracerl.rollout.attempts import engine_attempt_fn
 from tracerl.train.model_setup import new_reference
+from tracerl.placement.record import write_placement
 from tracerl.run.multienv import EnvMixtureSampler, EnvRouter, resolve_routes, stage_envs
 from tracerl.run.rl_loop import RLState, train_rl
 from tracerl.run.common import _say
@@ -64,6 +65,7 @@ def run_rl_stages(recipe, envs: RunEnvs, state: RLState, *, run, model, tokenize
                          store=run.store, tokenizer_hashes=hashes, progress=recipe.run.progress, state=state,
                          until=st.end, stage_index=st.index, reference=reference["model"], grader=grader,
                          episodes=episodes)
+        write_placement(run, recipe)  # where the learner's ranks and the rollout actors ran (manifest `placement`)
     return state
 
 

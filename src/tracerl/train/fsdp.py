@@ -64,14 +64,15 @@ class ShardedPolicy:
         # the single-process optimizer's parameter order (`make_optimizer`: the trainable ones, all but a
         # LoRA model's frozen base weights)
         self.names = [n for n, p in model.named_parameters() if p.requires_grad]
-        self.scorer = _Scorer(model, {k: sampling[k] for k in ("temperature", "top_p", "top_k", "share_prefix") if k in sampling})
+        self.scorer = _Scorer(model, {k: sampling[k] for k in ("temperature", "top_p", "top_k", "share_prefix", "packing")
+                                          if k in sampling})
         decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
         # Shared-prefix scoring runs each decoder layer several times per forward and hands the KV cache
         # from one call to the next inside a Cache object, where FSDP2 hangs no pre-backward hook: a layer
         # sharded on its own would be resharded before the backward reaches its prefix call. With it on,
         # the whole policy is one unit, gathered for the forward and backward of each minibatch
         # (gradients and AdamW moments stay sharded); with learner.share_prefix false each layer is its own.
-        if not self.scorer.sampling.get("share_prefix", True):
+        if not self.scorer.sampling.get("share_prefix", True):  # (packing needs share_prefix off)
             for layer in getattr(decoder, "layers", None) or []:
                 fully_shard(layer, mesh=mesh)
         fully_shard(self.scorer, mesh=mesh)

@@ -9,6 +9,8 @@ import functools
 from collections.abc import Callable
 
 from tracerl.algorithms.spec import AlgorithmState
+from tracerl.models.device import resolve_device
+from tracerl.placement import record
 from tracerl.rollout import LoopBudgets
 from tracerl.telemetry import GateMonitor
 from tracerl.telemetry.exploration import tag_classifier, tokenizer_pieces
@@ -33,6 +35,7 @@ class Learner:
 def build_learner(recipe, algo, model, tokenizer, *, spec, state, reference, stage_index: int) -> Learner:
     cfg = recipe.rl
     policy = _policy_role(recipe)
+    record.reset()  # a sharded policy records where its ranks run (placement/record.py)
     schedule = {"kind": cfg.lr_schedule, "steps": cfg.steps, "min_ratio": cfg.min_lr_ratio}
     roles = Roles(policy(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=recipe.sampling.model_dump(),
                          state=(state.roles_state or {}).get("policy"), share_prefix=recipe.learner.share_prefix,
@@ -54,18 +57,27 @@ def build_learner(recipe, algo, model, tokenizer, *, spec, state, reference, sta
 
 
 def _policy_role(recipe):
-    """The policy role's class: `learner.ranks > 1` shards the policy over a learner group (train/fsdp_group.py);
-    the update is `rl_update` either way, and the auxiliary roles stay in this process."""
-    if recipe.learner.ranks == 1:
+    """The policy role's class, by `placement.learner` (config/placement.py): in this process, or sharded over a
+    learner group of local processes or Ray actors (train/fsdp_group.py); the update is `rl_update` either way,
+    and the auxiliary roles stay in this process."""
+    from tracerl.config.placement import learner_where
+
+    where = learner_where(recipe)
+    if where == "inprocess":
         return PolicyRole
     from tracerl.train.fsdp_group import ShardedPolicyRole
 
-    return functools.partial(ShardedPolicyRole, ranks=recipe.learner.ranks, threads=recipe.run.threads)
+    kw = {"ranks": recipe.learner.ranks, "threads": recipe.run.threads}
+    device = str(resolve_device(recipe.model.device))
+    kw |= {"device": device} if device != "cpu" else {}
+    kw |= {"ray_spec": recipe.placement.learner} if where == "ray" else {}
+    at = recipe.faults.kill_learner_rank_at_step
+    return functools.partial(ShardedPolicyRole, **kw, **({"kill_at": at} if at is not None else {}))
 
 
 def _packing(recipe) -> dict:
-    """The single-process policy's packing and micro-batch settings (`learner.packing`,
-    `learner.max_tokens_per_micro_batch`; with `learner.ranks > 1` they are refused at load)."""
+    """The policy's packing and micro-batch settings (`learner.packing`, `learner.max_tokens_per_micro_batch`),
+    in one process or on every rank."""
     lc = recipe.learner
     out = {"packing": True} if lc.packing else {}
     return out | ({"max_tokens_per_micro_batch": lc.max_tokens_per_micro_batch}

@@ -104,9 +104,10 @@ def policy_steps(algo: Algorithm, policy, batch: Batch, rewards_B: torch.Tensor,
             mine = mine if share else idx[:1]
         if micro_tokens is not None or packed:  # token-budget micro-batches, gradients accumulated (one rank)
             s = _accumulated_step(algo, policy, batch, rewards_B, scores, adv_BT, mine, ctx, ratios,
-                                       scale=lambda m: minibatch_scale(algo.aggregation, m, full_tokens, full_rows,
-                                                                       minibatches),
-                                       micro_tokens=micro_tokens, packed=packed)
+                                  scale=lambda m: minibatch_scale(algo.aggregation, m, full_tokens, full_rows,
+                                                                  minibatches),
+                                  micro_tokens=micro_tokens, packed=packed, world=world if split else 1,
+                                  share=share, group=group)
             for n, v in s.items():
                 acc[n] = acc.get(n, 0.0) + v
             steps += 1
@@ -144,41 +145,56 @@ def policy_steps(algo: Algorithm, policy, batch: Batch, rewards_B: torch.Tensor,
 
 def _accumulated_step(algo: Algorithm, policy, batch: Batch, rewards_B: torch.Tensor, scores: dict[str, torch.Tensor],
                       adv_BT: torch.Tensor, rows: torch.Tensor, ctx: StepContext, ratios: list, *, scale,
-                      micro_tokens: int | None, packed: bool) -> dict[str, float]:
+                      micro_tokens: int | None, packed: bool, world: int = 1, share: bool = True,
+                      group=None) -> dict[str, float]:
     """One optimizer step on minibatch `rows`, run as micro-batches of at most `micro_tokens` forward tokens
     (`train/packing.py` `micro_batches`), each one's loss scaled to its share of the full batch's objective
     (`scale`, a `minibatch_scale` of its mask) and back-propagated before the next runs: for a row-separable
     loss the summed gradient is the whole minibatch's. Stats: `loss` the sum, the others averaged weighted by
-    each micro-batch's loss tokens (`tokens` summed)."""
+    each micro-batch's loss tokens (`tokens` summed).
+
+    On the ranks of a sharded learner (`world` > 1: `rows` is this rank's share) every rank must run as many
+    forwards and backwards as the others (each gathers and reduce-scatters the shards): the ranks agree on the
+    largest micro-batch count and a rank with fewer pads with one row at zero weight, as does a rank without
+    rows (`share` False); each loss is back-propagated `world` times (FSDP averages the ranks' gradients) and
+    the stats are all-reduced as `policy_steps` does."""
     from tracerl.train.packing import micro_batches
 
     parts = [rows[torch.tensor(p, dtype=torch.long)]
              for p in micro_batches(batch.length_B[rows].tolist(), micro_tokens, packed=packed)]
+    weights = [1.0 if share else 0.0] * len(parts)
+    if world > 1:
+        most = torch.tensor([len(parts)])
+        dist.all_reduce(most, op=dist.ReduceOp.MAX, group=group)
+        weights += [0.0] * (int(most) - len(parts))
+        parts += [rows[:1]] * (int(most) - len(parts))
     sums: dict[str, float] = {}
     total = {"loss": 0.0, "tokens": 0.0}
 
     def backward() -> None:
-        for part in parts:
+        for part, w in zip(parts, weights):
             mb = batch.rows(part)
             T = mb.ids_BT.shape[1]
             mb_scores = {n: v[part, :T] for n, v in scores.items()}
             out = policy.score(mb, support=algo.support_ids(mb_scores))
             loss, s = algo.loss(mb, out, mb_scores, adv_BT[part, :T], rewards_B[part], ctx)
             loss = loss * scale(mb.mask_BT)
-            loss.backward()
+            (loss * (w * world) if world > 1 or not w else loss).backward()
             sel = mb.mask_BT > 0
-            n = float(sel.sum())
-            ratios.append(torch.exp(out.logprobs_BT.detach() - mb.behavior_BT)[sel])
+            n = float(sel.sum()) * w  # padding (w 0): the stats' names, none of its numbers
+            if w:
+                ratios.append(torch.exp(out.logprobs_BT.detach() - mb.behavior_BT)[sel])
             for k, v in s.items():
                 if torch.as_tensor(v).numel() == 1:
-                    sums[k] = sums.get(k, 0.0) + float(v) * (1.0 if k == "tokens" else n)
-            total["loss"] += float(loss.detach())
+                    sums[k] = sums.get(k, 0.0) + float(v) * (w if k == "tokens" else n)
+            total["loss"] += float(loss.detach()) * w
             total["tokens"] += n
 
     grad_norm = policy.step(backward)  # `optimizer_step` zeroes the gradients, then calls it
     n = max(total["tokens"], 1e-12)
-    return ({k: v if k == "tokens" else v / n for k, v in sums.items()}
-            | {"loss": total["loss"], "grad_norm": grad_norm})
+    out = ({k: v if k == "tokens" else v / n for k, v in sums.items()}
+           | {"loss": total["loss"], "grad_norm": grad_norm})
+    return _all_reduce_stats(out, total["tokens"], group) if world > 1 else out
 
 
 def _all_reduce_stats(s: dict[str, float], tokens: float, group) -> dict[str, float]:

@@ -1,0 +1,133 @@
+"""The `placement:` section of a recipe: where each model role's workers run (`tracerl/placement/`,
+docs/scale.md).
+
+`placement.learner` hosts the policy learner's `learner.ranks` ranks: in the trainer's process (one rank,
+no process group), as local processes (the trainer is rank 0, FSDP2 over gloo or NCCL), or as Ray actors
+(every rank an actor in one placement group; the trainer only sends commands). `placement.rollout` adds
+custom Ray resources to each rollout actor (their CPUs and GPUs: `ray.num_cpus_per_worker` /
+`ray.num_gpus_per_worker`), e.g. `{node_b: 1}` to keep rollouts on the nodes that advertise `node_b`.
+The reference, critic, PRM, teachers and grader stay in the trainer's process (`*.device` places them
+on a device there).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from tracerl.config.base import Cfg
+
+_RES_NAME = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,99}$"
+
+
+class LearnerPlacement(Cfg):
+    where: Literal["auto", "inprocess", "processes", "ray"] = "auto"
+    """auto: in the trainer's process at `learner.ranks` 1, else local processes (`run.backend: local`) or
+    Ray actors (`run.backend: ray`). inprocess: the trainer trains the policy itself (one rank). processes:
+    FSDP2 over local processes, the trainer rank 0 (at one rank: FSDP2 at world size 1 in the trainer).
+    ray: every rank a Ray actor (needs `run.backend: ray`)."""
+    num_cpus: float = Field(1.0, gt=0, le=1024)
+    """CPUs each Ray rank reserves (`where: ray`)."""
+    num_gpus: float = Field(0.0, ge=0, le=8)
+    """GPUs each Ray rank reserves (`where: ray`); with `model.device: cuda` at least 1 (NCCL needs one GPU per
+    rank), and the rank trains on its first."""
+    resources: dict[str, float] = Field(default_factory=dict, max_length=16)
+    """Custom Ray resources each rank reserves (`where: ray`), e.g. `{node_a: 1}`: the ranks go to nodes started
+    with them (`ray start --resources '{"node_a": 8}'`)."""
+    strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    """Placement-group strategy of the ranks' bundles (`where: ray`): PACK as few nodes as possible, SPREAD over
+    as many, STRICT_* or fail."""
+    start_timeout_s: float = Field(120.0, gt=0, le=86_400)
+    """How long the Ray ranks' placement group may wait for its resources before the run stops with one sentence."""
+
+
+class RolloutPlacement(Cfg):
+    resources: dict[str, float] = Field(default_factory=dict, max_length=16)
+    """Custom Ray resources each rollout actor reserves (`run.backend: ray`), e.g. `{node_b: 1}`."""
+
+
+class PlacementConfig(Cfg):
+    learner: LearnerPlacement = Field(default_factory=LearnerPlacement)
+    """Where the policy learner's ranks run."""
+    rollout: RolloutPlacement = Field(default_factory=RolloutPlacement)
+    """Extra Ray resources of the rollout actors."""
+
+
+def learner_where(recipe) -> str:
+    """Where the learner's ranks run: inprocess, processes or ray (`placement.learner.where`, auto resolved)."""
+    where = recipe.placement.learner.where
+    if where != "auto":
+        return where
+    if recipe.learner.ranks == 1:
+        return "inprocess"
+    return "ray" if recipe.run.backend == "ray" else "processes"
+
+
+def _cuda(device: str) -> bool:
+    if device == "auto":
+        import torch
+
+        return torch.cuda.is_available()
+    return device.startswith("cuda")
+
+
+def check_placement(recipe) -> str | None:
+    """The first `placement:` setting that has no effect or cannot be met, as one sentence."""
+    pl, ranks = recipe.placement.learner, recipe.learner.ranks
+    bad = [k for k, v in recipe.placement.rollout.resources.items() | pl.resources.items()
+           if not isinstance(k, str) or v <= 0 or len(k) > 100]
+    if bad:
+        return f"placement resources need names and positive amounts, got {bad[0]!r}; fix or drop it"
+    if recipe.placement.rollout.resources and recipe.run.backend != "ray":
+        return ("placement.rollout.resources places Ray rollout actors, and run.backend is local; set run.backend=ray "
+                "or drop placement.rollout.resources")
+    where = learner_where(recipe)
+    if where == "inprocess" and ranks > 1:
+        return (f"placement.learner.where: inprocess trains one rank, and learner.ranks is {ranks}; set "
+                "placement.learner.where=auto or learner.ranks=1")
+    if where == "ray" and recipe.run.backend != "ray":
+        return "placement.learner.where: ray needs run.backend: ray; set run.backend=ray or placement.learner.where=auto"
+    ray_keys = [k for k in ("num_cpus", "num_gpus", "resources", "strategy", "start_timeout_s")
+                if k in pl.model_fields_set and getattr(pl, k) != LearnerPlacement.model_fields[k].get_default(
+                    call_default_factory=True)]
+    if where != "ray" and ray_keys:
+        return (f"placement.learner.{ray_keys[0]} sizes Ray learner ranks, and the learner runs {where}; set "
+                f"placement.learner.where=ray (with run.backend=ray) or drop it")
+    if where == "ray" and recipe.ray.address is None:
+        return _local_runtime_problem(recipe)
+    if recipe.faults.kill_learner_rank_at_step is not None and ranks < 2:
+        return ("faults.kill_learner_rank_at_step kills a learner rank beside the trainer, and learner.ranks is 1; set "
+                "learner.ranks=2 or drop the fault")
+    cuda = _cuda(recipe.model.device)
+    if where == "ray" and cuda and pl.num_gpus < 1:
+        return (f"Ray learner ranks on model.device {recipe.model.device!r} need a GPU each (NCCL runs one rank per "
+                "GPU); set placement.learner.num_gpus=1 or model.device=cpu")
+    if where == "ray" and not cuda and pl.num_gpus > 0:
+        return ("placement.learner.num_gpus reserves GPUs the CPU learner does not use; set model.device=cuda or "
+                "placement.learner.num_gpus=0")
+    if where == "processes" and cuda and ranks > 1:
+        import torch
+
+        have = torch.cuda.device_count()
+        if have < ranks:
+            return (f"learner.ranks: {ranks} local NCCL ranks need a GPU each and this machine has {have}; lower "
+                    "learner.ranks, or run the ranks on a Ray cluster (run.backend=ray, placement.learner.num_gpus=1)")
+    return None
+
+
+def _local_runtime_problem(recipe) -> str | None:
+    """Ray learner ranks on the run's own local runtime (`ray.address: null`): what it cannot hold, as one sentence."""
+    pl, ray, ranks = recipe.placement.learner, recipe.ray, recipe.learner.ranks
+    custom = sorted({*pl.resources, *recipe.placement.rollout.resources})
+    if custom:
+        return (f"placement resources {custom} name custom Ray resources, and the local Ray runtime (ray.address null) "
+                "has none, so the actors would wait forever; connect to a cluster whose nodes have them with "
+                "ray.address, or drop them")
+    workers = recipe.rollout.workers
+    need = ranks * pl.num_cpus + workers * ray.num_cpus_per_worker
+    if need > ray.num_cpus:
+        return (f"{ranks} learner rank(s) × placement.learner.num_cpus {pl.num_cpus:g} and {workers} rollout actor(s) × "
+                f"ray.num_cpus_per_worker {ray.num_cpus_per_worker:g} need {need:g} CPUs, more than the local runtime's "
+                f"ray.num_cpus {ray.num_cpus}, so an actor would wait forever; raise ray.num_cpus to {need:g}")
+    return None

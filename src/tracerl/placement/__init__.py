@@ -1,0 +1,14 @@
+"""Worker groups: where a model role's workers run (`placement:` in a recipe, config/placement.py).
+
+A role is driven through one interface whatever hosts it — `call(op, **kw)` runs a command on every
+worker and answers with rank 0's result, `kill(rank)`, `close()`, `placement` (where each worker is):
+
+- in the trainer's process: the role object itself (`train/roles.py` `PolicyRole`, the reference,
+  critic, PRM, teachers, grader);
+- local processes: `train/fsdp_group.py` `LearnerGroup` (the trainer rank 0, commands broadcast);
+- Ray actors: `placement/ray_group.py` `RayWorkerGroup` (one placement-group bundle per rank with its
+  CPUs, GPUs and custom resources, a torch.distributed group across them).
+
+The RL step (`run/rl_loop.py` `rl_step` → `train/update.py` `rl_update`) calls `roles.policy.train_steps`
+and `roles.scores` and never learns which. `record.py` keeps where each role ran for the manifest.
+"""
