@@ -119,7 +119,7 @@ def test_ray_worker_answers_the_worker_calls(tiny, ray_local):
         while not any(e[0] == "done" for e in events):
             events += w.events(1.0)
             assert w.alive()
-        assert events[0] == ("started", 0, 7, 3)
+        assert events[0][:3] == ("loaded", 0, 3) and events[1] == ("started", 0, 7, 3)  # the ack, then the job
         res = events[-1][1]
         assert res.job_id == 7 and res.start_version == 3 and len(res.trajectories) == 2
         assert {v for t in res.trajectories for v in t.policy_versions if v >= 0} == {3}

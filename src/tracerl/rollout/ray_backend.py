@@ -80,11 +80,17 @@ def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def needs_wrapper(recipe) -> bool:
+    """Whether the run must go through `run_on_ray`: Ray actors, or rollout worker processes to close at its end."""
+    return (recipe.run.backend == "ray" or recipe.rollout.workers > 1) and not active()
+
+
 def run_on_ray(run_recipe, recipe, *, resume=None):
-    """`run_recipe(recipe, resume=...)` inside the recipe's Ray runtime. A SIGTERM exits through the clean-up
-    (a local runtime's processes would otherwise outlive the run)."""
+    """`run_recipe(recipe, resume=...)` inside the recipe's Ray runtime (`run.backend: ray`), the sync loop's
+    rollout workers closed at its end. A SIGTERM exits through the clean-up (a local runtime's processes would
+    otherwise outlive the run)."""
     main = threading.current_thread() is threading.main_thread()
-    with ray_runtime(recipe.ray):
+    with ray_runtime(recipe.ray) if recipe.run.backend == "ray" else contextlib.nullcontext():
         prev = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main else None
         _ACTIVE["on"] = True
         try:
@@ -205,9 +211,37 @@ def ray_episodes(recipe, model, tokenizer, hashes, *, store=None, spec_ref=None)
     return WorkerEpisodes(factory, model, env_name=spec_ref.name, store=store)
 
 
+def parallel_episodes(recipe, model, tokenizer, hashes, *, store=None, spec_ref=None):
+    """The sync loop's rollouts on `rollout.workers` workers seeded per group (rollout/parallel.py): spawned
+    processes locally, Ray actors on Ray, `rollout.threads` torch threads each."""
+    from tracerl.rollout.parallel import ParallelEpisodes
+    from tracerl.rollout.workers import ProcessWorker
+
+    spec_ref, ro = spec_ref or SpecRef.for_recipe(recipe), recipe.rollout
+
+    def factory(wid: int, incarnation: int):
+        seed = recipe.run.seed * 1000 + wid + 7_919 * incarnation  # unused by group-seeded jobs
+        if recipe.run.backend != "ray":
+            return ProcessWorker(wid, worker_settings(model, tokenizer, recipe, spec_ref, hashes, seed=seed,
+                                                      partial=False, threads=ro.threads))
+        from tracerl.rollout.ray_worker import RayWorker
+
+        settings = _settings(model, tokenizer, recipe, spec_ref, hashes, seed=seed, threads=ro.threads, partial=False)
+        return RayWorker(wid, settings, num_cpus=recipe.ray.num_cpus_per_worker, num_gpus=recipe.ray.num_gpus_per_worker)
+    return ParallelEpisodes(factory, model, ro.workers, env_name=spec_ref.name, store=store, bucket_mb=ro.sync_bucket_mb)
+
+
 def backend_episodes(recipe, episodes, *, model, tokenizer, hashes, store=None, spec_ref=None):
-    """What the sync RL loop plays its rollouts with: `episodes` itself locally, one Ray actor on Ray."""
-    if recipe.run.backend != "ray" or recipe.rl.mode == "async":  # async builds its own workers (ray_workers)
+    """What the sync RL loop plays its rollouts with: `episodes` itself locally with one worker, one Ray actor on
+    Ray, `rollout.workers` processes or actors seeded per group (rollout/parallel.py)."""
+    if recipe.rl.mode == "async":  # async builds its own workers (process_workers, ray_workers)
         return episodes
-    _OPEN.append(ray_episodes(recipe, model, tokenizer, hashes, store=store, spec_ref=spec_ref))
-    return _OPEN[-1]
+    ro = recipe.rollout
+    if ro.workers > 1 or (ro.group_seeded and recipe.run.backend == "ray"):
+        made = parallel_episodes(recipe, model, tokenizer, hashes, store=store, spec_ref=spec_ref)
+    elif recipe.run.backend == "ray":
+        made = ray_episodes(recipe, model, tokenizer, hashes, store=store, spec_ref=spec_ref)
+    else:
+        return episodes
+    _OPEN.append(made)
+    return made

@@ -48,6 +48,12 @@ class _Host:
             os._exit(1)
 
     def put(self, seq: int, msg: tuple) -> None:
+        if msg[0] == "weights" and hasattr(msg[2], "buckets"):  # a WeightsPayload of object refs: read them here
+            import dataclasses
+
+            import ray
+
+            msg = (msg[0], msg[1], dataclasses.replace(msg[2], buckets=ray.get(list(msg[2].buckets))))
         with self.lock:
             self.pending[seq] = msg
             while self.next_seq in self.pending:
@@ -69,6 +75,21 @@ class _Host:
 
 
 _REMOTE = None
+_STORED: dict = {}  # the last payload put in the object store: {id(payload): (payload, its copy of refs)}
+
+
+def in_object_store(payload):
+    """`payload` with each bucket `ray.put` once (the same refs for every actor it is sent to)."""
+    import dataclasses
+
+    import ray
+
+    hit = _STORED.get(id(payload))
+    if hit is None or hit[0] is not payload:
+        _STORED.clear()
+        refs = [b if isinstance(b, ray.ObjectRef) else ray.put(b) for b in payload.buckets]
+        hit = _STORED[id(payload)] = (payload, dataclasses.replace(payload, buckets=refs))
+    return hit[1]
 
 
 def _remote_host():
@@ -101,8 +122,10 @@ class RayWorker:
             self.actor.put.remote(self.seq, msg)
             self.seq += 1
 
-    def send_weights(self, version: int, blob: bytes) -> None:
-        self._put(("weights", version, blob))
+    def send_weights(self, version: int, blob) -> None:
+        """Weights by version; a bucketed `WeightsPayload` travels through the object store, each bucket put
+        once however many actors read it (`in_object_store`)."""
+        self._put(("weights", version, in_object_store(blob) if hasattr(blob, "buckets") else blob))
 
     def submit(self, job) -> None:
         self._put(("job", job))

@@ -26,6 +26,7 @@ import torch
 from tracerl.contract import Trajectory
 from tracerl.rollout import run_episodes
 from tracerl.rollout.engine_api import sync_weights
+from tracerl.rollout.group_seeds import GroupSeeds
 from tracerl.tasks import next_groups
 
 
@@ -92,7 +93,7 @@ class SyncSource:
         self.gen = torch.Generator().manual_seed(recipe.run.seed * 1000)
         if state.generator_state is not None:
             self.gen.set_state(state.generator_state)
-        self.play = play_fn(spec, episodes, budgets)
+        self.play, self.episodes = play_fn(spec, episodes, budgets), episodes
         self.n_roll = algo.rollouts_per_task(cfg.group_size)
         self.sampler_cfg = step_sampler(recipe, algo)
 
@@ -116,10 +117,11 @@ class SyncSource:
             r = next(rounds)
             batch = [t for t in tasks for _ in range(n_roll)]
             groups = [f"s{state.step}-p{i // n_roll}" + (f"-r{r}" if r else "") for i in range(len(batch))]
+            seed = recipe.run.seed * 100003 + state.step + r * 7_000_003
             trajs = self.play(self.engine, batch, groups, sampling=recipe.sampling.model_dump(),
-                              policy_version=state.policy_version,
-                              seed=recipe.run.seed * 100003 + state.step + r * 7_000_003,
-                              tokenizer_hashes=self.hashes, generator=self.gen, entropy_out=entropy)
+                              policy_version=state.policy_version, seed=seed, tokenizer_hashes=self.hashes,
+                              generator=GroupSeeds(seed) if self.recipe.rollout.group_seeded else self.gen,
+                              entropy_out=entropy)
             if self.grader is not None:  # before selection: dynamic sampling and advantages see the judged reward
                 self.grader.apply(trajs, batch, self.tokenizer)
             generated.extend(trajs)
@@ -137,11 +139,15 @@ class SyncSource:
         got = next_groups(self.sampler_cfg, lambda k: self.sampler.next_batch(k) if self.budget_left() else [],
                           rollout, recipe.rl.prompts_per_step, rewards=lambda g: [t.reward for t in g])
         dyn = f" | groups {got.report.kept_groups}/{got.report.groups_generated}" if got.report.rounds > 1 else ""
+        metrics = self.episodes.metrics() if hasattr(self.episodes, "metrics") else {}  # rollout workers' syncs
         return StepRollouts([g for _, g in got.groups], generated, entropy, got.report, selection, time.time() - t0,
-                            line=dyn)
+                            metrics, line=dyn)
 
     def publish(self, model, version: int) -> bool:
-        """The new version to the engine (one with its own weights copies them); True when it did."""
+        """The new version to the engine (one with its own weights copies them) and to the rollout workers
+        (`rollout.workers`: by version, in buckets); True when the engine copied tensors."""
+        if hasattr(self.episodes, "publish"):
+            self.episodes.publish(model, version)
         return sync_weights(self.engine, model, version)
 
     def batch_metrics(self, batch, captured: dict) -> dict[str, float]:

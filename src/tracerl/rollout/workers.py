@@ -49,7 +49,8 @@ from tracerl.rollout.agent_loop import LoopBudgets, run_episodes
 
 @dataclasses.dataclass
 class RolloutJob:
-    """One step's rollouts: each task repeated into its group, sampled with `seed`."""
+    """Rollouts of a step, or of a share of its groups: each task repeated into its group, sampled with `seed`
+    (`group_seeds`: each group from its own generator seeded by (`seed`, group id), rollout/group_seeds.py)."""
 
     job_id: int  # the step it is meant for (the learner may train it later, if it lands late)
     tasks: list[Task]
@@ -59,6 +60,8 @@ class RolloutJob:
     sampling: dict
     attempt: int = 0  # 1 when re-issued after its worker died
     generator_state: torch.Tensor | None = None  # sample from this state instead of the worker's own generator
+    group_seeds: bool = False  # rollout.seeding: group (the tokens do not depend on which worker plays the job)
+    step: int | None = None  # the step a group-sized job belongs to (None: job_id is the step)
 
 
 @dataclasses.dataclass
@@ -161,9 +164,19 @@ class Runner:
         self.generator = torch.Generator().manual_seed(generator_seed)
         self.version = -1
         self.job_generator_state: torch.Tensor | None = None  # after a job that carried a generator state
+        self.receiver = None  # rollout/weight_sync.py: keeps a LoRA policy's base weights for adapter-only syncs
 
-    def load(self, version: int, blob: bytes | None) -> None:
-        if blob is not None:
+    def load(self, version: int, blob) -> None:
+        """Weights as `version`: the bytes of a state_dict, or a bucketed `WeightsPayload` (rollout/weight_sync.py)."""
+        if blob is not None and not isinstance(blob, bytes):
+            from tracerl.rollout.weight_sync import Receiver
+
+            self.receiver = self.receiver or Receiver()
+            if self.model is not None:
+                self.receiver.load(self.model, blob)
+            else:
+                self.engine.load_weights(self.receiver.state(blob), version)
+        elif blob is not None:
             if self.model is not None:
                 load_blob(self.model, blob)
             else:  # an engine holding the weights itself (vLLM)
@@ -174,6 +187,10 @@ class Runner:
         entropy: dict[str, list[float]] = {}
         own = job.generator_state is None
         gen = self.generator if own else torch.Generator().set_state(job.generator_state)
+        if job.group_seeds:
+            from tracerl.rollout.group_seeds import GroupSeeds
+
+            gen, own = GroupSeeds(job.seed), True
         kw = dict(sampling=job.sampling, policy_version=self.version, seed=job.seed, tokenizer_hashes=self.hashes,
                   generator=gen, entropy_out=entropy, on_turn=on_turn)
         if hasattr(self.spec, "play"):  # several environments (rollout/routes.py): each task in its own, own budgets
@@ -331,7 +348,9 @@ def _worker_main(worker_id: int, settings: WorkerSettings, inbox, outbox) -> Non
 
     def handle(msg) -> bool:
         if msg[0] == "weights":
+            t0 = time.perf_counter()
             runner.load(msg[1], msg[2])
+            outbox.put(("loaded", worker_id, msg[1], time.perf_counter() - t0))
         elif msg[0] == "job":
             jobs.append(msg[1])
         return msg[0] != "stop"

@@ -50,7 +50,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     if resume is None and recipe.run.dir:
         RunDir.refuse_existing(recipe.run.dir)  # an existing run is continued with --resume, never written over
     sandbox_cgroups.sweep_stale()  # the sandbox groups of trainers that were killed
-    if recipe.run.backend == "ray" and not ray_backend.active():  # rollouts in Ray actors: rollout/ray_backend.py
+    if ray_backend.needs_wrapper(recipe):  # rollouts in Ray actors or worker processes: rollout/ray_backend.py
         return ray_backend.run_on_ray(run_recipe, recipe, resume=resume)
     t_start = time.time()
     configure_torch(recipe.run.threads, deterministic=recipe.run.deterministic,  # run.deterministic
