@@ -130,7 +130,8 @@ def ray_workers(model, tokenizer, recipe, spec_ref, hashes):
     def factory(wid: int, incarnation: int):
         settings = _settings(model, tokenizer, recipe, spec_ref, hashes, seed=recipe.run.seed * 1000 + wid + 7_919 * incarnation,
                              threads=max(1, int(cfg.num_cpus_per_worker)), partial=recipe.rl.partial_rollouts)
-        return RayWorker(wid, settings, num_cpus=cfg.num_cpus_per_worker, num_gpus=cfg.num_gpus_per_worker)
+        return RayWorker(wid, settings, num_cpus=cfg.num_cpus_per_worker, num_gpus=cfg.num_gpus_per_worker,
+                         resources=recipe.placement.rollout.resources)
     return factory
 
 
@@ -207,7 +208,8 @@ def ray_episodes(recipe, model, tokenizer, hashes, *, store=None, spec_ref=None)
     def factory(incarnation: int):
         settings = _settings(model, tokenizer, recipe, spec_ref, hashes, seed=recipe.run.seed * 1000,
                              threads=recipe.run.threads, partial=False)  # threads as the driver's: the same floats
-        return RayWorker(0, settings, num_cpus=cfg.num_cpus_per_worker, num_gpus=cfg.num_gpus_per_worker)
+        return RayWorker(0, settings, num_cpus=cfg.num_cpus_per_worker, num_gpus=cfg.num_gpus_per_worker,
+                         resources=recipe.placement.rollout.resources)
     return WorkerEpisodes(factory, model, env_name=spec_ref.name, store=store)
 
 
@@ -227,7 +229,8 @@ def parallel_episodes(recipe, model, tokenizer, hashes, *, store=None, spec_ref=
         from tracerl.rollout.ray_worker import RayWorker
 
         settings = _settings(model, tokenizer, recipe, spec_ref, hashes, seed=seed, threads=ro.threads, partial=False)
-        return RayWorker(wid, settings, num_cpus=recipe.ray.num_cpus_per_worker, num_gpus=recipe.ray.num_gpus_per_worker)
+        return RayWorker(wid, settings, num_cpus=recipe.ray.num_cpus_per_worker, num_gpus=recipe.ray.num_gpus_per_worker,
+                         resources=recipe.placement.rollout.resources)
     return ParallelEpisodes(factory, model, ro.workers, env_name=spec_ref.name, store=store, bucket_mb=ro.sync_bucket_mb)
 
 

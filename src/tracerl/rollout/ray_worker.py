@@ -107,12 +107,14 @@ class RayWorker:
 
     POLL_S = 0.2  # how long one outstanding `take` waits inside the actor before answering empty
 
-    def __init__(self, worker_id: int, settings: WorkerSettings, *, num_cpus: float = 1.0, num_gpus: float = 0.0):
+    def __init__(self, worker_id: int, settings: WorkerSettings, *, num_cpus: float = 1.0, num_gpus: float = 0.0,
+                 resources: dict[str, float] | None = None):
         import ray
 
         self._ray = ray
         self.worker_id = worker_id
-        self.actor = _remote_host().options(num_cpus=num_cpus, num_gpus=num_gpus).remote(
+        # resources: custom Ray resources (placement.rollout.resources, e.g. {"node_b": 1}: the nodes that have them)
+        self.actor = _remote_host().options(num_cpus=num_cpus, num_gpus=num_gpus, resources=dict(resources or {})).remote(
             worker_id, settings, [os.path.abspath(p or ".") for p in sys.path])
         self.seq, self._take, self._dead, self._pid = 0, None, False, None
         self._ready: list[tuple] = []
