@@ -96,10 +96,17 @@ class GenerationSession:
         self.stats = {"calls": 0, "fed_tokens": 0, "prefill_rows": 0, "row_forwards": 0}
 
     @torch.no_grad()
-    def generate(self, keys: Sequence[Hashable], sequences: Sequence[Sequence[int]], *,
-                 max_new_tokens: int | Sequence[int], temperature: float = 1.0, top_p: float = 1.0,
-                 top_k: int = 0, stop_strings: tuple[str, ...] = (), stop_token_ids: Sequence[int] = (),
-                 generator: torch.Generator | None = None) -> list[Sample]:
+    def generate(self, keys: Sequence[Hashable], sequences: Sequence[Sequence[int]], **kw) -> list[Sample]:
+        """One call under one autocast context (a no-op in fp32): under `model.autocast: bf16` each weight is
+        cast to bf16 once per call (autocast's weight cache lives as long as the outermost context) instead
+        of once per decode step; the cast is the same, so the tokens and log-probs are too."""
+        with forward_context(self.engine.model):
+            return self._generate(keys, sequences, **kw)
+
+    def _generate(self, keys: Sequence[Hashable], sequences: Sequence[Sequence[int]], *,
+                  max_new_tokens: int | Sequence[int], temperature: float = 1.0, top_p: float = 1.0,
+                  top_k: int = 0, stop_strings: tuple[str, ...] = (), stop_token_ids: Sequence[int] = (),
+                  generator: torch.Generator | None = None) -> list[Sample]:
         eng, dev = self.engine, self.engine.device
         B = len(sequences)
         budgets = row_budgets(max_new_tokens, B)
