@@ -1,0 +1,128 @@
+"""Level 2: single-turn RLVR on a deterministic task (math_tool, exact integer answers).
+
+Per seed one SFT start (stages sft, eval); then the 16 cells of a 2^(5-1) fractional factorial over
+aggregation x std scaling x clipping x truncation handling x prompt sampling (`design.py`) each train RL
+from it (stages rl, eval) at the same steps and batch. Measured per cell: held-out success (the env's
+verifier), the same held-out episodes re-scored by the independent verifier (`verifier2.py`), the lowest
+and highest rollout entropy and mean episode length over all RL steps, and per-prompt outcome
+histograms (groups with k of G successes) at the first and last RL step.
+
+Gate (reference §10, Level 2): held-out pass rate rises at every one of >= 3 seeds (the mean over the
+design's cells minus the SFT start, and the shipped-default cell alone), entropy and length stay within
+the predeclared bounds in every cell and step, and the independent verifier confirms the gain (its own
+gain at every seed, and its disagreement with the env's verifier under a limit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import common, design, gates as G, verifier2
+
+SIZES = ["run.threads=1", "model.tiny={hidden_size: 96, num_layers: 2, num_heads: 2, intermediate_size: 288, vocab_size: 384}",
+         "env.train_tasks=800", "env.heldout_tasks=100", "env.train_difficulty=[0.0, 0.25]",
+         "env.heldout_difficulty=[0.0, 0.25]", "env.max_tokens=160", "env.max_new_tokens=32",
+         "eval.tasks=100", "eval.samples=2", "eval.k=[1,2]", "rl.eval_every=0", "rl.checkpoint_every=1000"]
+SFT = ["sft.demos=800", "sft.epochs=8", "stages=[sft, eval]"]
+RL = ["stages=[rl, eval]", "rl.steps=10", "rl.prompts_per_step=8", "rl.group_size=8", "rl.lr=0.001"]
+QUICK = ["rl.steps=4", "eval.tasks=40", "env.heldout_tasks=40", "sft.demos=300", "sft.epochs=4"]
+GROUP = 8
+
+
+def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check]]:
+    extra = QUICK if args.quick else []
+    cells = design.cells()
+    if args.cells:
+        cells = cells[:args.cells]
+    results.setdefault("sft", {})
+    results.setdefault("cells", [])
+    done = {(c["cell"], c["seed"]) for c in results["cells"]}
+    for seed in args.seeds:
+        if str(seed) not in results["sft"]:
+            sft, wall = common.train("default", root / f"sft-s{seed}", f"run.seed={seed}", *SIZES, *SFT, *extra)
+            results["sft"][str(seed)] = {"success": common.last_eval(sft)["eval/success"],
+                                         "v2": verifier2.audit(sft.run_dir), "wall_s": wall,
+                                         "checkpoint": str(sft.checkpoint)}
+            args.save()
+        ckpt = results["sft"][str(seed)]["checkpoint"]
+        for name, coded, overrides in cells:
+            if (name, seed) in done:
+                continue
+            r, wall = common.train("default", root / f"{name}-s{seed}", f"run.seed={seed}", f"model.path={ckpt}",
+                                   *SIZES, *RL, *extra, *overrides)
+            m = common.rl_metrics(r)
+            ent = [x["policy/entropy"] for x in m if "policy/entropy" in x]
+            length = [x["length/mean"] for x in m if "length/mean" in x]
+            row = {"cell": name, "coded": list(coded), "seed": seed, "success": common.last_eval(r)["eval/success"],
+                   "v2": verifier2.audit(r.run_dir), "entropy_min": min(ent), "entropy_max": max(ent),
+                   "length_min": min(length), "length_max": max(length), "steps": len(m), "wall_s": wall,
+                   "hist": common.outcome_histogram(r.run_dir)}
+            results["cells"].append(row)
+            args.save()
+            print(f"  {name} seed {seed}: held-out {row['success']:.3f} (v2 {row['v2']['v2_success']:.3f}), "
+                  f"{wall:.0f}s", flush=True)
+    return table(results, GROUP), checks(results, gates)
+
+
+def table(results: dict, g: int) -> str:
+    cells = results["cells"]
+    seeds = sorted({c["seed"] for c in cells})
+    names = list(dict.fromkeys(c["cell"] for c in cells))
+    by = {(c["cell"], c["seed"]): c for c in cells}
+    lines = [f"{'cell (agg-std-clip-trunc-sampling)':<34} " + " ".join(f"{'s' + str(s):>6}" for s in seeds)
+             + f" {'mean':>6} {'v2 mean':>7} {'entropy lo..hi':>15} {'length lo..hi':>14}  groups k/{g}=0..{g} (last step, seed {seeds[0]})"]
+    sft = results["sft"]
+    lines.append(f"{'(SFT start)':<34} " + " ".join(f"{sft[str(s)]['success']:>6.3f}" for s in seeds)
+                 + f" {common.mean(sft[str(s)]['success'] for s in seeds):>6.3f}"
+                 + f" {common.mean(sft[str(s)]['v2']['v2_success'] for s in seeds):>7.3f}")
+    for n in names:
+        rs = [by[n, s] for s in seeds if (n, s) in by]
+        hist = by.get((n, seeds[0]), {}).get("hist", {}).get("last", {})
+        lines.append(f"{n:<34} " + " ".join(f"{by[n, s]['success']:>6.3f}" if (n, s) in by else f"{'-':>6}" for s in seeds)
+                     + f" {common.mean(r['success'] for r in rs):>6.3f} {common.mean(r['v2']['v2_success'] for r in rs):>7.3f}"
+                     + f" {min(r['entropy_min'] for r in rs):>7.2f}..{max(r['entropy_max'] for r in rs):<6.2f}"
+                     + f" {min(r['length_min'] for r in rs):>6.1f}..{max(r['length_max'] for r in rs):<6.1f}"
+                     + f"  {common.fmt_hist({int(k): v for k, v in hist.items()}, g)}")
+    full = [c for c in cells if c["seed"] == seeds[0]]
+    if len(full) == len(design.cells()):  # main effects need the whole balanced design
+        lines.append("\nmain effects on held-out success (mean at +1 minus mean at -1, averaged over seeds):")
+        per_seed = []
+        for s in seeds:
+            rows = [c for c in cells if c["seed"] == s]
+            if len(rows) == len(design.cells()):
+                per_seed.append(design.main_effects([tuple(c["coded"]) for c in rows], [c["success"] for c in rows]))
+        for f in design.FACTORS:
+            lo, hi = design.LABELS[f]
+            lines.append(f"  {f:<12} {hi} vs {lo}: {common.mean(e[f] for e in per_seed):+.3f}")
+    return "\n".join(lines)
+
+
+def checks(results: dict, gates: dict) -> list[G.Check]:
+    lv = "level2"
+    cells, sft = results["cells"], results["sft"]
+    seeds = sorted({c["seed"] for c in cells})
+    full = [s for s in seeds if sum(c["seed"] == s for c in cells) == len(design.cells())]
+    gain = {s: common.mean(c["success"] for c in cells if c["seed"] == s) - sft[str(s)]["success"] for s in full}
+    v2gain = {s: common.mean(c["v2"]["v2_success"] for c in cells if c["seed"] == s) - sft[str(s)]["v2"]["v2_success"]
+              for s in full}
+    ref = design.cells()[0][0]  # every factor at the shipped default
+    refgain = {s: c["success"] - sft[str(s)]["success"] for c in cells for s in [c["seed"]] if c["cell"] == ref}
+    lo = lambda d: min(d.values()) if d else None  # noqa: E731
+    return [
+        G.at_least("seeds with the whole design run", len(full), G.threshold(gates, lv, "seeds_min")),
+        G.at_least("held-out gain, mean over cells, worst seed", lo(gain), G.threshold(gates, lv, "heldout_gain_min"),
+                   "per seed " + " ".join(f"{v:+.3f}" for v in gain.values())),
+        G.at_least(f"held-out gain, default cell {ref}, worst seed", lo(refgain), G.threshold(gates, lv, "heldout_gain_min"),
+                   "per seed " + " ".join(f"{v:+.3f}" for v in refgain.values())),
+        G.within("lowest entropy over cells and steps (nats)", min((c["entropy_min"] for c in cells), default=None),
+                 G.threshold(gates, lv, "entropy")),
+        G.within("highest entropy over cells and steps (nats)", max((c["entropy_max"] for c in cells), default=None),
+                 G.threshold(gates, lv, "entropy")),
+        G.within("shortest mean episode length (tokens)", min((c["length_min"] for c in cells), default=None),
+                 G.threshold(gates, lv, "length")),
+        G.within("longest mean episode length (tokens)", max((c["length_max"] for c in cells), default=None),
+                 G.threshold(gates, lv, "length")),
+        G.at_least("independent verifier's gain, worst seed", lo(v2gain), G.threshold(gates, lv, "v2_gain_min"),
+                   "per seed " + " ".join(f"{v:+.3f}" for v in v2gain.values())),
+        G.at_most("verifier disagreement, worst cell", max((c["v2"]["disagreement"] for c in cells), default=None),
+                  G.threshold(gates, lv, "v2_disagreement_max")),
+    ]
