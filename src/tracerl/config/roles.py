@@ -97,6 +97,22 @@ class GraderConfig(Cfg):
         return self.path if self.path is not None else f"{self.model} at {self.url}"
 
 
+class RewardModelConfig(Cfg):
+    path: str
+    """A reward model folder written by `tracerl reward-model PREFS.jsonl --out DIR` (Bradley–Terry, train/reward_model.py)."""
+    weight: float = Field(1.0, ge=0)
+    """Weight of the `reward_model` component, σ(r) in [0, 1], added beside the env's components (0: recorded only)."""
+    min_auroc: float = Field(0.75, ge=0, le=1)
+    """Declared floor: a reward model whose AUROC on the environments' audit sets (good vs wrong and injected wrong
+    outputs) is below this is refused (exit 2, one sentence) before anything is written."""
+    min_balanced_accuracy: float = Field(0.7, ge=0, le=1)
+    """Declared floor on balanced accuracy (agreement with the verifier) at the threshold chosen on the audit set."""
+    refuse_uncalibrated: bool = True
+    """false: a reward model that fails its calibration is still used, its calibration recorded (measurements, tests)."""
+    device: str | None = Field(None, pattern=DEVICE_PATTERN)
+    """Device of this role's model (auto, cpu, cuda, cuda:N); null is `model.device`."""
+
+
 class RolesConfig(Cfg):
     critic: CriticConfig | None = None
     """The value model of `ppo`; null uses the defaults when the algorithm needs one. Set for an algorithm
@@ -107,6 +123,15 @@ class RolesConfig(Cfg):
     """Frozen teachers of `mopd` (at least one; names unique)."""
     grader: GraderConfig | None = None
     """A learned grader (a generative judge model) beside any algorithm; see `GraderConfig.mode`."""
+    reward_model: RewardModelConfig | None = None
+    """A Bradley–Terry reward model (trained from preference pairs) whose σ(score) is the `reward_model` component."""
+
+    @model_validator(mode="after")
+    def _one_rollout_scorer(self) -> RolesConfig:
+        if self.grader is not None and self.reward_model is not None:
+            raise ValueError("roles.grader and roles.reward_model do not combine yet (both score the rollouts at the same "
+                             "point); keep one of them")
+        return self
 
     @property
     def critic_or_default(self) -> CriticConfig:

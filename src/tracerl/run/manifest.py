@@ -41,7 +41,9 @@ def run_manifest(recipe, envs: RunEnvs, *, config_yaml: str, hashes: dict[str, s
                  "revisions": sorted({t.source_revision for t in pool.train + envs.heldout[r.name]}),
                  "pool": pool.manifest(), "sampler": recipe.tasks.sampler.model_dump(mode="json"), "rl_stages": stages}
         env, verifier = {"name": r.name, "revision": r.spec.revision}, verifier[r.name]
-    if grader is not None:
+    if getattr(grader, "manifest_key", None) == "reward_model":  # roles.reward_model (train/reward_model_role.py)
+        verifier["reward_model"] = {**grader.grader.manifest(), "weight": grader.cfg.weight}
+    elif grader is not None:
         verifier["grader"] = {**grader.grader.manifest(), "mode": grader.cfg.mode, "path": grader.cfg.path}
     return build_manifest(
         config_yaml=config_yaml, seeds={"run": recipe.run.seed}, tokenizer=hashes, tasks=tasks, env=env,

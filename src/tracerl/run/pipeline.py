@@ -85,6 +85,9 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
             run.store.add_event("reward_funcs", f"reward functions {', '.join(reward_funcs.components)}", stage="rl",
                                 step=0, payload={"verifier": reward_funcs.name, "revision": reward_funcs.revision,
                                                  "funcs": reward_funcs.manifest()})
+        if getattr(grader, "manifest_key", None) == "reward_model":  # its calibration on the audit sets, in the store
+            run.store.add_event("reward_model", f"reward model {grader.cfg.path}", stage="rl", step=0,
+                                payload=grader.grader.manifest())
         if envs.mixed and sft_counts:
             run.store.add_event("sft_mixture", "SFT demonstrations per environment", stage="sft", step=0,
                                 payload={n: {"demos": c, "share": c / max(1, len(demos))} for n, c in sft_counts.items()})
@@ -147,6 +150,11 @@ def _preflight(recipe: Recipe, stages: list[str]):
         raise UserError(engine_problem(recipe.engine))
     grader = GraderRole.build(recipe.roles.grader, default_device=recipe.model.device,  # calibrated on the audit sets
                               envs=[e.name for e in recipe.envs] or [recipe.env.name]) if "rl" in stages else None
+    if grader is None and recipe.roles.reward_model is not None and "rl" in stages:  # a Bradley-Terry reward model
+        from tracerl.train.reward_model_role import RewardModelRole
+
+        grader = RewardModelRole.build(recipe.roles.reward_model, default_device=recipe.model.device,
+                                       envs=[e.name for e in recipe.envs] or [recipe.env.name])
     return grader, gateway_rollout(recipe)  # an external agent through the gateway, else the agent loop
 
 
