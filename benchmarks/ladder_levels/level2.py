@@ -1,6 +1,7 @@
 """Level 2: single-turn RLVR on a deterministic task (math_tool, exact integer answers).
 
-Per seed one SFT start (stages sft, eval); then the 16 cells of a 2^(5-1) fractional factorial over
+One SFT start (stages sft, eval; shared by every seed, as benchmarks/credit.py does: the seed changes the
+RL sampling and task order, not the start); then at each seed the 16 cells of a 2^(5-1) fractional factorial over
 aggregation x std scaling x clipping x truncation handling x prompt sampling (`design.py`) each train RL
 from it (stages rl, eval) at the same steps and batch. Measured per cell: held-out success (the env's
 verifier), the same held-out episodes re-scored by the independent verifier (`verifier2.py`), the lowest
@@ -33,17 +34,10 @@ def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check
     cells = design.cells()
     if args.cells:
         cells = cells[:args.cells]
-    results.setdefault("sft", {})
     results.setdefault("cells", [])
     done = {(c["cell"], c["seed"]) for c in results["cells"]}
+    ckpt = sft_start(args, root, results)
     for seed in args.seeds:
-        if str(seed) not in results["sft"]:
-            sft, wall = common.train("default", root / f"sft-s{seed}", f"run.seed={seed}", *SIZES, *SFT, *extra)
-            results["sft"][str(seed)] = {"success": common.last_eval(sft)["eval/success"],
-                                         "v2": verifier2.audit(sft.run_dir), "wall_s": wall,
-                                         "checkpoint": str(sft.checkpoint)}
-            args.save()
-        ckpt = results["sft"][str(seed)]["checkpoint"]
         for name, coded, overrides in cells:
             if (name, seed) in done:
                 continue
@@ -63,7 +57,17 @@ def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check
     return table(results, GROUP), checks(results, gates)
 
 
-def table(results: dict, g: int) -> str:
+def sft_start(args, root: Path, results: dict) -> str:
+    """The shared SFT checkpoint (trained once, at seed 0), its held-out success and independent re-score."""
+    if "sft" not in results:
+        sft, wall = common.train("default", root / "sft", "run.seed=0", *SIZES, *SFT, *(QUICK if args.quick else []))
+        results["sft"] = {"success": common.last_eval(sft)["eval/success"], "v2": verifier2.audit(sft.run_dir),
+                          "wall_s": wall, "checkpoint": str(sft.checkpoint)}
+        args.save()
+    return results["sft"]["checkpoint"]
+
+
+def table(results: dict, g: int = GROUP) -> str:
     cells = results["cells"]
     seeds = sorted({c["seed"] for c in cells})
     names = list(dict.fromkeys(c["cell"] for c in cells))
@@ -71,9 +75,8 @@ def table(results: dict, g: int) -> str:
     lines = [f"{'cell (agg-std-clip-trunc-sampling)':<34} " + " ".join(f"{'s' + str(s):>6}" for s in seeds)
              + f" {'mean':>6} {'v2 mean':>7} {'entropy lo..hi':>15} {'length lo..hi':>14}  groups k/{g}=0..{g} (last step, seed {seeds[0]})"]
     sft = results["sft"]
-    lines.append(f"{'(SFT start)':<34} " + " ".join(f"{sft[str(s)]['success']:>6.3f}" for s in seeds)
-                 + f" {common.mean(sft[str(s)]['success'] for s in seeds):>6.3f}"
-                 + f" {common.mean(sft[str(s)]['v2']['v2_success'] for s in seeds):>7.3f}")
+    lines.append(f"{'(SFT start, shared)':<34} " + " ".join(f"{sft['success']:>6.3f}" for s in seeds)
+                 + f" {sft['success']:>6.3f} {sft['v2']['v2_success']:>7.3f}")
     for n in names:
         rs = [by[n, s] for s in seeds if (n, s) in by]
         hist = by.get((n, seeds[0]), {}).get("hist", {}).get("last", {})
@@ -101,11 +104,10 @@ def checks(results: dict, gates: dict) -> list[G.Check]:
     cells, sft = results["cells"], results["sft"]
     seeds = sorted({c["seed"] for c in cells})
     full = [s for s in seeds if sum(c["seed"] == s for c in cells) == len(design.cells())]
-    gain = {s: common.mean(c["success"] for c in cells if c["seed"] == s) - sft[str(s)]["success"] for s in full}
-    v2gain = {s: common.mean(c["v2"]["v2_success"] for c in cells if c["seed"] == s) - sft[str(s)]["v2"]["v2_success"]
-              for s in full}
+    gain = {s: common.mean(c["success"] for c in cells if c["seed"] == s) - sft["success"] for s in full}
+    v2gain = {s: common.mean(c["v2"]["v2_success"] for c in cells if c["seed"] == s) - sft["v2"]["v2_success"] for s in full}
     ref = design.cells()[0][0]  # every factor at the shipped default
-    refgain = {s: c["success"] - sft[str(s)]["success"] for c in cells for s in [c["seed"]] if c["cell"] == ref}
+    refgain = {s: c["success"] - sft["success"] for c in cells for s in [c["seed"]] if c["cell"] == ref}
     lo = lambda d: min(d.values()) if d else None  # noqa: E731
     return [
         G.at_least("seeds with the whole design run", len(full), G.threshold(gates, lv, "seeds_min")),

@@ -1,0 +1,109 @@
+"""Level 5: asynchronous rollout. The synchronous curve first, then async at one staleness bound, both from
+the same SFT start per seed, on math_tool with a long tail of tool latency (benchmarks/async.py's
+machinery: `faults.slow_call`; held-out evaluation every few steps, without the latency).
+
+Gate (reference §10, Level 5): async reaches the synchronous quality target (sync's final held-out success
+on the seed-averaged curve) in less wall time (a predeclared ratio), without exceeding the predeclared
+KL (policy/approx_kl), importance-weight (is/weight_p99, ESS fraction) or verifier-disagreement limits
+(the independent verifier, `verifier2.py`, on the final held-out episodes) at any step of any async run."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from . import common, gates as G, verifier2
+
+ASYNC_BENCH = Path(__file__).parents[1] / "async.py"
+ETA, WORKERS = 1, 2
+LATENCY = ["faults.slow_call=0.3", "faults.slow_s=0.4", "faults.slow_sigma=1.0"]
+RL = ["rl.steps=12", "rl.prompts_per_step=8", "rl.group_size=4", "rl.eval_every=3", "rl.checkpoint_every=0",
+      "eval.tasks=100", "eval.samples=2", "eval.k=[1,2]", *LATENCY]
+QUICK = ["rl.steps=3", "rl.eval_every=1", "eval.tasks=20"]
+
+
+def _async_bench():
+    spec = importlib.util.spec_from_file_location("bench_async", ASYNC_BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _limits(run_dir: Path) -> dict:
+    import json
+
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    rl = [r for r in rows if r.get("stage") == "rl"]
+    pick = lambda k: [r[k] for r in rl if k in r]  # noqa: E731
+    ess = pick("async/ess_frac") or pick("is/ess_frac")
+    return {"kl_max": max(pick("policy/approx_kl"), default=None), "is_p99_max": max(pick("is/weight_p99"), default=None),
+            "is_max": max(pick("is/weight_max"), default=None), "ess_frac_min": min(ess, default=None)}
+
+
+def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check]]:
+    from . import level2
+
+    bench = _async_bench()
+    extra = QUICK if args.quick else []
+    results.setdefault("runs", [])
+    done = {(r["label"], r["seed"]) for r in results["runs"]}
+    ckpt = level2.sft_start(args, root, results)
+    configs = [("sync", []), (f"async-eta{ETA}", ["rl.mode=async", f"rl.max_staleness={ETA}", f"rollout.workers={WORKERS}"])]
+    for seed in args.seeds:
+        for label, over in configs:
+            if (label, seed) in done:
+                continue
+            r = bench.run_config(label, seed, Path(ckpt), root, [*level2.SIZES, *RL, *extra, *over])
+            run_dir = root / f"{label}-seed{seed}"
+            r.update(_limits(run_dir), v2=verifier2.audit(run_dir))
+            results["runs"].append(r)
+            args.save()
+            print(f"  {label} seed {seed}: final {r['final']:.3f}, RL wall {r['rl_wall_s']:.0f}s", flush=True)
+    return table(results), checks(results, gates)
+
+
+def _pooled(results: dict, gates: dict | None = None):
+    bench = _async_bench()
+    runs = results["runs"]
+    sync = [r for r in runs if r["label"] == "sync"]
+    asyn = [r for r in runs if r["label"] != "sync"]
+    if not sync or not asyn:
+        return None, None, None, bench
+    s_curve, a_curve = bench.pooled_curve(sync), bench.pooled_curve(asyn)
+    frac = G.threshold(gates, "level5", "quality_frac") if gates else 1.0
+    target = s_curve[0][1] + frac * (s_curve[-1][1] - s_curve[0][1])
+    return target, bench.time_to(s_curve, target), bench.time_to(a_curve, target), bench
+
+
+def table(results: dict) -> str:
+    lines = [f"{'config':<14} {'seed':>4} {'start':>6} {'final':>6} {'RL wall s':>9} {'samples/s':>9} {'stale':>5} "
+             f"{'ESS min':>7} {'KL max':>7} {'IS p99':>7} {'IS max':>7} {'v2 dis':>6}"]
+    for r in results.get("runs", []):
+        f = lambda k, w=7: f"{r[k]:>{w}.3f}" if r.get(k) is not None else f"{'-':>{w}}"  # noqa: E731
+        lines.append(f"{r['label']:<14} {r['seed']:>4} {r['start']:>6.3f} {r['final']:>6.3f} {r['rl_wall_s']:>9.0f} "
+                     f"{r['samples_per_s']:>9.2f} {r['stale']:>5.0f} {f('ess_frac_min')} {f('kl_max')} {f('is_p99_max')} "
+                     f"{f('is_max')} {r['v2']['disagreement']:>6.3f}")
+    target, ts, ta, _ = _pooled(results)
+    if target is not None:
+        lines.append(f"\nseed-averaged curves: target {target:.3f} (sync's final); sync reaches it at "
+                     f"{ts if ts is None else round(ts)} s, async at {ta if ta is None else round(ta)} s")
+    return "\n".join(lines)
+
+
+def checks(results: dict, gates: dict) -> list[G.Check]:
+    lv = "level5"
+    target, ts, ta, _ = _pooled(results, gates)
+    asyn = [r for r in results.get("runs", []) if r["label"] != "sync"]
+    ratio = (ta / ts) if ta is not None and ts else None
+    worst = lambda k, f: f((r[k] for r in asyn if r.get(k) is not None), default=None)  # noqa: E731
+    return [
+        G.at_most("async wall time to sync's target / sync's (seed-averaged curves)", ratio,
+                  G.threshold(gates, lv, "wall_ratio_max"), f"target {target:.3f}" if target is not None else "no runs"),
+        G.at_most("KL learner vs behavior (policy/approx_kl), worst step", worst("kl_max", max), G.threshold(gates, lv, "kl_max")),
+        G.at_most("importance weight p99 (is/weight_p99), worst step", worst("is_p99_max", max),
+                  G.threshold(gates, lv, "is_weight_max")),
+        G.at_least("importance-weight ESS fraction, worst step", worst("ess_frac_min", min), G.threshold(gates, lv, "ess_frac_min")),
+        G.at_most("verifier disagreement on final held-out episodes, worst run",
+                  max((r["v2"]["disagreement"] for r in results.get("runs", [])), default=None),
+                  G.threshold(gates, lv, "v2_disagreement_max")),
+    ]
