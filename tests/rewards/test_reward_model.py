@@ -46,8 +46,8 @@ def test_bad_preference_rows_are_one_sentence(tmp_path, line, message):
         read_pairs(tmp_path / "p.jsonl")
 
 
-def _math_tool_prefs(path, *, flip=False, tasks=4):
-    """examples/reward_model/make_prefs.py: math_tool's audit families on 4 training tasks (not the audit task)."""
+def _math_tool_prefs(path, *, flip=False, tasks=2):
+    """examples/reward_model/make_prefs.py: math_tool's audit families on 2 training tasks (not the audit task)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("make_prefs", EXAMPLE)
@@ -60,8 +60,8 @@ def _math_tool_prefs(path, *, flip=False, tasks=4):
 def reward_models(tmp_path_factory):
     root = tmp_path_factory.mktemp("rm")
     n = _math_tool_prefs(root / "prefs.jsonl")
-    assert n == 4 * 34  # 4 tasks x (17 wrong forms + each with an injection)
-    assert main(["reward-model", str(root / "prefs.jsonl"), "--out", str(root / "rm"), "--epochs", "3",
+    assert n == 2 * 34  # 2 tasks x (17 wrong forms + each with an injection)
+    assert main(["reward-model", str(root / "prefs.jsonl"), "--out", str(root / "rm"), "--epochs", "2",
                  "--batch-size", "32"]) == 0
     _math_tool_prefs(root / "flipped.jsonl", flip=True)
     assert main(["reward-model", str(root / "flipped.jsonl"), "--out", str(root / "flipped"), "--epochs", "1",
@@ -71,7 +71,7 @@ def reward_models(tmp_path_factory):
 
 def test_training_writes_a_loadable_model_that_prefers_the_chosen(reward_models):
     rm, meta = load_reward_model(reward_models / "rm")
-    assert meta["kind"] == "bradley_terry" and meta["pairs"] == 136 and meta["epochs"] == 3
+    assert meta["kind"] == "bradley_terry" and meta["pairs"] == 68 and meta["epochs"] == 2
     assert meta["pair_accuracy"] > 0.9 and meta["final_loss"] < math.log(2)  # below the loss of a constant score
     rows = read_pairs(reward_models / "prefs.jsonl")[:20]
     c, r = rm.score([(q, a) for q, a, _ in rows]), rm.score([(q, b) for q, _, b in rows])
@@ -91,7 +91,7 @@ def test_a_reward_model_that_cannot_separate_the_audit_set_is_refused(reward_mod
     assert not run_dir.exists()  # nothing written
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["sync", pytest.param("async", marks=pytest.mark.slow)])  # async: a spawned worker
 def test_a_calibrated_reward_model_scores_two_rl_steps(reward_models, tmp_path, mode):
     run_dir = tmp_path / "rm_run"
     extra = ["rl.mode=async", "rl.max_staleness=1"] if mode == "async" else []
@@ -103,7 +103,7 @@ def test_a_calibrated_reward_model_scores_two_rl_steps(reward_models, tmp_path, 
     # math_tool's audit set: 3 good and 17 wrong outputs, each wrong one again with the 4 injections
     assert (cal["n_pos"], cal["n_neg"], cal["n_injected"]) == (3, 17, 17 * len(INJECTIONS))
     assert cal["problem"] == "" and cal["auroc"] >= 0.75 and cal["balanced_accuracy"] >= 0.7
-    assert entry["weight"] == 0.5 and entry["train"]["pairs"] == 136 and len(entry["sha256"]) == 64
+    assert entry["weight"] == 0.5 and entry["train"]["pairs"] == 68 and len(entry["sha256"]) == 64
     with Store(run_dir / "store.sqlite") as store:
         trajs = [t for s in (1, 2) for t in store.trajectories(stage="rl", step=s)]
     assert trajs
