@@ -87,7 +87,7 @@ def _check(tmp_path, run):
 @pytest.mark.parametrize("overrides", [
     ["rl.mode=async", "rl.max_staleness=1"],  # spawned worker processes
     ["run.backend=ray"],  # the sync loop's rollouts in a Ray actor
-    ["run.backend=ray", "rl.mode=async", "rl.max_staleness=1"],  # the async pool on Ray actors
+    pytest.param(["run.backend=ray", "rl.mode=async", "rl.max_staleness=1"], marks=pytest.mark.slow),  # async on Ray
 ], ids=["async", "ray", "ray-async"])
 def test_reward_funcs_run_in_workers(tmp_path, monkeypatch, overrides):
     if "run.backend=ray" in overrides:
