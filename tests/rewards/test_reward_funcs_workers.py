@@ -58,7 +58,7 @@ def _folder(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _check(tmp_path, run):
+def _check(tmp_path, run, in_workers=True):
     from tracerl.store import Store
 
     store = Store(run.run_dir / "store.sqlite")
@@ -77,10 +77,10 @@ def _check(tmp_path, run):
     # the slow row's async call ran past timeout_s = 0.5 s in the worker: infra_failure, no reward
     assert len(infra) == 2 * 2 and {t.task_id for t in infra} == {"s"}
     assert all("timed out after 0.5 s" in t.verifier_output["infra"] for t in infra)
-    # every call ran in a worker, not in this (the driver's) process
+    # every call ran in a worker, not in this (the driver's) process (learner ranks: rollouts stay in the driver)
     calls = [line.split() for line in (tmp_path / "calls.log").read_text().splitlines()]
     assert {name for name, _ in calls} == {"correct", "short"}
-    assert str(os.getpid()) not in {pid for _, pid in calls}
+    assert (str(os.getpid()) not in {pid for _, pid in calls}) == in_workers
 
 
 @pytest.mark.timeout(600)
@@ -88,12 +88,13 @@ def _check(tmp_path, run):
     ["rl.mode=async", "rl.max_staleness=1"],  # spawned worker processes
     ["run.backend=ray"],  # the sync loop's rollouts in a Ray actor
     pytest.param(["run.backend=ray", "rl.mode=async", "rl.max_staleness=1"], marks=pytest.mark.slow),  # async on Ray
-], ids=["async", "ray", "ray-async"])
+    pytest.param(["learner.ranks=2", "model.device=cpu"], marks=pytest.mark.slow),  # a sharded learner
+], ids=["async", "ray", "ray-async", "ranks2"])
 def test_reward_funcs_run_in_workers(tmp_path, monkeypatch, overrides):
     if "run.backend=ray" in overrides:
         pytest.importorskip("ray")
     folder = _folder(tmp_path, monkeypatch)
     run = tracerl.train("recipe.yaml", *overrides, **{"run.root": str(folder / "runs")})
-    _check(folder, run)
+    _check(folder, run, in_workers="learner.ranks=2" not in overrides)
     backend = json.loads((run.run_dir / "manifest.json").read_text())["backend"]["name"]
     assert backend == ("ray" if "run.backend=ray" in overrides else "local")
