@@ -72,6 +72,16 @@ def init_ranks(rank: int, world: int, port: int, threads: int, device: str = "cp
     return init_device_mesh("cuda" if cuda else "cpu", (world,))
 
 
+def portable(model) -> dict:
+    """A copy of `model` that pickles: gradient checkpointing's input-grad hook (a local function of transformers,
+    `enable_input_require_grads`) removed, and put back by the rank that builds from it (`input_grads`)."""
+    model = copy.deepcopy(model)
+    hooked = getattr(model, "_require_grads_hook", None) is not None
+    if hooked:
+        model.disable_input_require_grads()
+    return {"model": model, "input_grads": hooked}
+
+
 class _Rank:
     """What one rank holds: the mesh and its share of the policy; answers the commands."""
 
@@ -81,6 +91,8 @@ class _Rank:
     def handle(self, op: str, kw: dict):
         if op == "build":
             model = kw["model"].to(self.device) if self.device != "cpu" else kw["model"]
+            if kw.get("input_grads"):
+                model.enable_input_require_grads()
             self.policy = ShardedPolicy(model, lr=kw["lr"], max_grad_norm=kw["max_grad_norm"],
                                         sampling=kw["sampling"], mesh=self.mesh, schedule=kw.get("schedule"))
             self.micro = {"micro_tokens": kw.get("micro_tokens"), "packed": bool(kw["sampling"].get("packing"))}
@@ -141,9 +153,10 @@ class LearnerGroup:
 
     def call(self, op: str, **kw):
         try:
-            dist.broadcast_object_list([(op, kw)], src=0)
-            if op == "build":  # the workers got pickled copies; rank 0 shards its own copies, not the engine's model
-                kw = {**kw, "model": copy.deepcopy(kw["model"]), "state": copy.deepcopy(kw.get("state"))}
+            if op == "build":  # the workers get pickled copies; rank 0 shards its own copy (`portable`), not the engine's
+                kw = {**kw, "state": copy.deepcopy(kw.get("state"))}
+            if self.ranks > 1:
+                dist.broadcast_object_list([(op, kw)], src=0)
             return self.me.handle(op, kw)
         except RuntimeError:  # a collective with a rank that is gone
             dead = [r for r, p in enumerate(self.procs, 1) if not p.is_alive()]
@@ -220,7 +233,7 @@ class ShardedPolicyRole:
                       else learner_group(ranks, threads, device))
         record_role("learner", {"where": self.group.kind, "ranks": ranks, "device": device,
                                 "workers": self.group.placement})
-        self.group.call("build", model=model, lr=lr, max_grad_norm=max_grad_norm, sampling=self.scoring, state=state,
+        self.group.call("build", **portable(model), lr=lr, max_grad_norm=max_grad_norm, sampling=self.scoring, state=state,
                         schedule=schedule, micro_tokens=max_tokens_per_micro_batch)
         self.scheduler = _Scheduler(self.group)
 
