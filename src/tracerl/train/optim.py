@@ -25,6 +25,9 @@ def optimizer_step(optimizer: torch.optim.Optimizer, params, loss: torch.Tensor,
         loss.backward()
     gnorm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     optimizer.step()
+    # the gradients are not needed until the next backward: free them now, so they are not held through the
+    # next rollout and the next forward's activations (one model's worth of memory off the learner's peak)
+    optimizer.zero_grad(set_to_none=True)
     return float(gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm)
 
 
