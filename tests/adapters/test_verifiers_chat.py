@@ -140,3 +140,18 @@ def test_a_user_turn_is_rendered_by_the_chat_template(tmp_path):
     assert full.endswith(tok.decode(ids)) and tok.decode(ids).startswith("<|im_end|>\n<|im_start|>user\n")
     body = [i for i, r in zip(ids, roles) if r == TokenRole.OBSERVATION]
     assert tok.decode(body) == "No. It has 2 digit(s)." and roles[0] == roles[-1] == TokenRole.TEMPLATE
+
+
+@pytest.mark.slow  # a spawned worker imports verifiers (~30 s on a loaded 2-core machine)
+def test_a_multi_turn_verifiers_env_trains_under_rl_mode_async(tmp_path, env_name):
+    run_dir = tmp_path / "vf_async"
+    run_recipe(load_recipe("smoke", ["run.threads=1", "rl.steps=2", "rl.checkpoint_every=0", "stages=[rl]",
+                                     "rl.mode=async", f"env.name={env_name}", "env.max_new_tokens=4", "env.max_turns=3",
+                                     "env.max_tokens=200", f"run.dir={run_dir}"]))
+    with Store(run_dir / "store.sqlite") as store:
+        trajs = [t for s in (1, 2) for t in store.trajectories(stage="rl", step=s)]
+    assert trajs and all(set(t.reward_components) == {"correct", "first_try"} for t in trajs)
+    for t in trajs:  # the worker process drove the env's run(): one user-role observation per extra reply
+        actions = sum(1 for s in t.spans if s.kind == "action")
+        assert t.reward_components["first_try"] == pytest.approx(1.0 / actions)
+        assert sum(1 for s in t.spans if s.kind == "observation") == actions - 1
