@@ -76,9 +76,15 @@ def portable(model) -> dict:
     """A copy of `model` that pickles: gradient checkpointing's input-grad hook (a local function of transformers,
     `enable_input_require_grads`) removed, and put back by the rank that builds from it (`input_grads`)."""
     model = copy.deepcopy(model)
-    hooked = getattr(model, "_require_grads_hook", None) is not None
-    if hooked:
-        model.disable_input_require_grads()
+    hooked = False
+    for m in model.modules():  # every such hook (enabling twice leaves the first set registered but untracked)
+        for key, fn in list(m._forward_hooks.items()):
+            if "make_inputs_require_grads" in getattr(fn, "__qualname__", ""):
+                del m._forward_hooks[key]
+                hooked = True
+    for attr in ("_require_grads_hooks", "_require_grads_hook"):
+        if hasattr(model, attr):
+            delattr(model, attr)
     return {"model": model, "input_grads": hooked}
 
 

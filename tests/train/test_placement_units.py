@@ -1,0 +1,49 @@
+"""Small pieces of the worker groups: the picklable model copy the learner ranks are built from (gradient
+checkpointing's input-grad hook is a local function), the Ray bundle of a rank, where `auto` puts the learner,
+and the device check script's syntax and CPU-checkable help."""
+
+import pickle
+import subprocess
+
+import pytest
+
+from tracerl.config import load_recipe
+
+
+def test_portable_model_pickles_and_keeps_input_grads():
+    from test_fsdp_learner import tiny_model
+    from tracerl.train.fsdp_group import portable
+
+    model = tiny_model()
+    model.gradient_checkpointing_enable()
+    model.enable_input_require_grads()
+    with pytest.raises((AttributeError, pickle.PicklingError)):
+        pickle.dumps(model)  # the hook is `enable_input_require_grads.<locals>.make_inputs_require_grads`
+    out = portable(model)
+    copy = pickle.loads(pickle.dumps(out["model"]))
+    assert out["input_grads"] is True and model._require_grads_hook is not None  # the original keeps its hook
+    copy.enable_input_require_grads()
+    assert copy._require_grads_hook is not None
+
+
+def test_ray_rank_bundle():
+    from tracerl.config.placement import LearnerPlacement
+    from tracerl.placement.ray_group import _spec_bundle
+
+    assert _spec_bundle(LearnerPlacement()) == {"CPU": 1.0}
+    spec = LearnerPlacement(where="ray", num_cpus=2, num_gpus=1, resources={"node_a": 1})
+    assert _spec_bundle(spec) == {"CPU": 2.0, "node_a": 1.0, "GPU": 1.0}
+
+
+@pytest.mark.parametrize("overrides, where", [
+    ([], "inprocess"), (["learner.ranks=2"], "processes"), (["learner.ranks=2", "run.backend=ray", "ray.num_cpus=3"], "ray"),
+    (["placement.learner.where=processes"], "processes"), (["run.backend=ray"], "inprocess"),
+])
+def test_auto_placement(overrides, where):
+    from tracerl.config.placement import learner_where
+
+    assert learner_where(load_recipe("smoke", overrides)) == where
+
+
+def test_gpu_check_script_parses():
+    assert subprocess.run(["bash", "-n", "benchmarks/gpu_check.sh"]).returncode == 0
