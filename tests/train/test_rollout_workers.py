@@ -135,3 +135,24 @@ def test_two_ray_actors_sample_what_one_worker_does_even_when_one_is_killed(tiny
     sync_mb = logged[1]["rollout/weight_sync_mb"]  # version 2 to both actors: twice the tiny model's state_dict
     state_mb = sum(v.numel() * v.element_size() for v in model.state_dict().values()) / 2**20
     assert 2 * state_mb < sync_mb < 2 * state_mb + 0.1  # + torch.save's headers
+
+
+@pytest.mark.slow  # 30-55 s: two actors, a sync and an async run (tests/train/test_async.py runs group jobs fast)
+@pytest.mark.timeout(600)
+def test_async_group_jobs_on_two_actors_train_what_sync_trains_at_eta0(tiny, tmp_path, ray_local):
+    """rl.mode: async, η = 0, rollout.workers: 2 (Ray actors): each step issues its 4 groups as 4 jobs spread
+    over the actors, and trains them in group order once all landed, so the stored rows are the sync loop's
+    (one worker, seeded per group; both with the decoupled surrogate) and the weights agree to 1e-5."""
+    model0, tok = tiny
+    sync_model, async_model = copy.deepcopy(model0), copy.deepcopy(model0)
+    logged = []
+    with Store(tmp_path / "s.sqlite") as s, Store(tmp_path / "a.sqlite") as a:
+        _train(sync_model, tok, _recipe("rollout.seeding=group", "rl.algorithm.decoupled={}"), s)
+        _train(async_model, tok, _recipe("rl.mode=async", "rl.max_staleness=0", "rollout.workers=2", "run.backend=ray",
+                                         "ray.num_cpus_per_worker=0.5"), a, logged=logged)
+        assert _stored(a) == _stored(s) and a.count("rl_stale") == 0
+        assert torch.allclose(_logprobs(a), _logprobs(s), atol=1e-5, rtol=0)
+    for p, q in zip(sync_model.parameters(), async_model.parameters()):
+        assert torch.allclose(p, q, atol=1e-5, rtol=0)
+    assert [m["async/jobs_per_step"] for m in logged] == [4.0, 4.0]  # a job is a group
+    assert all(m["rollout/weight_sync_mb"] > 0 for m in logged)

@@ -10,6 +10,16 @@ RL step (`run/rl_loop.py`), which trains them with the decoupled surrogate: beha
 sampler, proximal log-probs recomputed by the learner at the start of the update, the ratio clipped
 around the proximal policy (TIS / MIS still apply when `rl.algorithm.correction` is set).
 
+Jobs: with one worker (`rollout.workers: 1`, `rollout.seeding: step`) a job is one step's tasks, sampled from
+the worker's own generator. With `rollout.seeding: group` (the default with several workers) a job is one
+group, sampled from its group's own generator (rollout/group_seeds.py): a step issues its
+`prompts_per_step` group jobs at once, spread over the workers, the start rule counts outstanding groups in
+steps (⌈groups / prompts_per_step⌉ ≤ η), and a step trains the first `prompts_per_step` groups admitted, in
+(step, group) order, so with η = 0 the async path trains what the sync path trains at any worker count.
+Weights go to every worker by version in buckets (rollout/weight_sync.py; a LoRA policy's adapters only,
+after the first sync; a replaced worker gets the full weights), timed on the learner's side (the workers
+pick them up between jobs or turns): `rollout/weight_sync_s`, `rollout/weight_sync_mb`.
+
 Workers play the recipe's environment, or every environment of an `envs:` run (`rollout/routes.py`),
 in spawned processes or Ray actors (`run.backend: ray`). With η = 0 and one worker, job k starts only
 after step k − 1 was trained, on those weights, with the worker's generator seeded as the sync
@@ -28,8 +38,10 @@ from tracerl.algorithms.spec.terms import Decoupled
 from tracerl.contract.serialize import from_dict, to_dict
 from tracerl.contract.task import Task
 from tracerl.rollout.agent_loop import LoopBudgets
+from tracerl.rollout.parallel import adapters_suffice
+from tracerl.rollout.weight_sync import SyncMeter, payload
 from tracerl.rollout.worker_pool import WorkerPool
-from tracerl.rollout.workers import ProcessWorker, RolloutJob, RolloutResult, SpecRef, weights_blob, worker_settings
+from tracerl.rollout.workers import ProcessWorker, RolloutJob, RolloutResult, SpecRef, worker_settings
 from tracerl.tasks import next_groups
 from tracerl.telemetry import async_metrics as am
 from tracerl.rollout.sources import StepRollouts, select, step_sampler, tokens_left
@@ -54,7 +66,7 @@ def process_workers(model, tokenizer, recipe, spec_ref, hashes: dict[str, str]):
         return ProcessWorker(wid, worker_settings(  # the plain policy (LoRA merged), its autocast, the recipe's engine
             model, tokenizer, recipe, spec_ref, hashes,
             seed=recipe.run.seed * 1000 + wid + 7_919 * incarnation,  # worker 0 draws as the sync loop
-            partial=recipe.rl.partial_rollouts))
+            partial=recipe.rl.partial_rollouts, threads=recipe.rollout.threads))
     return factory
 
 
@@ -80,19 +92,33 @@ class AsyncSource:
         self.totals = dict(saved.totals)
         self.jobs: dict[int, RolloutJob] = {}  # issued and not yet received: their tasks, for the grader
         self.unlogged_stale: list = []
-        self.pool = WorkerPool(factory, recipe.rollout.workers)
+        self.model, self.meter = model, SyncMeter()
+        self.group_jobs = recipe.rollout.group_seeded  # a job is one group (else one step)
+        self.per_step = cfg.prompts_per_step if self.group_jobs else 1  # jobs per step
+        self.pool = WorkerPool(factory, recipe.rollout.workers, full_weights=self._full_weights)
 
     def budget_left(self) -> bool:
         return tokens_left(self.recipe, self.state)
 
-    def _make_job(self, k: int) -> RolloutJob | None:
+    def _make_jobs(self, k: int) -> list[RolloutJob]:
+        """Step k's jobs: its tasks in one job, or (group jobs) one job per group, job id k·P + group index."""
         tasks = self.sampler.next_batch(self.recipe.rl.prompts_per_step) if self.budget_left() else []
         if not tasks:
-            return None
-        batch = [t for t in tasks for _ in range(self.n_roll)]
-        return RolloutJob(k, batch, [f"s{k}-p{i // self.n_roll}" for i in range(len(batch))],
-                          seed=self.recipe.run.seed * 100003 + k, budgets=self.budgets,
-                          sampling=self.recipe.sampling.model_dump())
+            return []
+        seed, sampling, n = self.recipe.run.seed * 100003 + k, self.recipe.sampling.model_dump(), self.n_roll
+        if self.group_jobs:
+            return [RolloutJob(k * self.per_step + i, [t] * n, [f"s{k}-p{i}"] * n, seed=seed, budgets=self.budgets,
+                               sampling=sampling, group_seeds=True, step=k) for i, t in enumerate(tasks)]
+        batch = [t for t in tasks for _ in range(n)]
+        return [RolloutJob(k, batch, [f"s{k}-p{i // n}" for i in range(len(batch))], seed=seed, budgets=self.budgets,
+                           sampling=sampling)]
+
+    def _steps_ahead(self) -> int:
+        """Steps issued and not yet trained: jobs buffered or in flight, in steps (⌈groups / P⌉ for group jobs)."""
+        return -(-(len(self.buffer) + self.pool.in_flight) // self.per_step)
+
+    def _step_of(self, job_id: int) -> int:
+        return job_id // self.per_step
 
     def _submit(self, job: RolloutJob) -> None:
         self.jobs[job.job_id] = job
@@ -107,8 +133,19 @@ class AsyncSource:
                 self.grader.apply(r.trajectories, job.tasks, self.tokenizer)
             self.buffer.append(r)
 
+    def _full_weights(self):
+        """The current version's full weights (a replaced worker's first load)."""
+        return self.weights_version, payload(self.model, self.weights_version, self.recipe.rollout.sync_bucket_mb)
+
+    def _publish(self, model, version: int) -> None:
+        self.model, self.weights_version = model, version
+        lora = adapters_suffice(model) and getattr(self, "_sent_full", False)  # adapters only after a full sync
+        p = payload(model, version, self.recipe.rollout.sync_bucket_mb, adapters_only=lora)
+        self._sent_full = True
+        self.meter.timed(lambda: self.pool.publish(version, p), p.mb * len(self.pool.workers))
+
     def start(self, model) -> None:
-        self.pool.publish(self.state.policy_version, weights_blob(model))
+        self._publish(model, self.state.policy_version)
         if self.restart:
             self.store.add_event("async_restart", f"{len(self.restart)} in-flight rollout job(s) restarted from scratch "
                                  "on resume", stage="rl", step=self.state.step,
@@ -125,13 +162,20 @@ class AsyncSource:
         cfg, taken, selection = self.recipe.rl, [], {}
 
         def draw(_k: int) -> list:
-            got = self._next_admitted()
-            if got is None:
+            round_: list = []
+            for _ in range(self.per_step):  # one job, or (group jobs) a step's worth of groups
+                got = self._next_admitted()
+                if got is None:
+                    break
+                round_.append(got)
+            if not round_:
                 return []
-            taken.append(got)
+            round_.sort(key=lambda got: got[0].job_id)  # (step, group) order: the sync loop's, whoever finished first
+            taken.extend(round_)
             by_group: dict[str, list] = {}
-            for t in got[1]:
-                by_group.setdefault(t.group_id, []).append(t)
+            for got in round_:
+                for t in got[1]:
+                    by_group.setdefault(t.group_id, []).append(t)
             kept, counts = select(self.algorithm, list(by_group.values()), cfg.group_size, self.astate.generator)
             for k, v in counts.items():
                 selection[k] = selection.get(k, 0.0) + v
@@ -148,12 +192,13 @@ class AsyncSource:
         learner waited); None when nothing is left to generate."""
         state, pool, buffer = self.state, self.pool, self.buffer
         while True:
-            while ((state.step + len(buffer) + pool.in_flight < self.until or self.sampler_cfg.kind == "dynamic")
-                   and self.gate.may_start(len(buffer) + pool.in_flight) and pool.has_capacity()):
-                job = self._make_job(self.next_job)
-                if job is None:
+            while ((state.step + self._steps_ahead() < self.until or self.sampler_cfg.kind == "dynamic")
+                   and self.gate.may_start(self._steps_ahead()) and (self.group_jobs or pool.has_capacity())):
+                jobs = self._make_jobs(self.next_job)
+                if not jobs:
                     break
-                self._submit(job)
+                for job in jobs:
+                    self._submit(job)
                 self.next_job += 1
             if not buffer and not pool.in_flight:
                 return None
@@ -187,8 +232,9 @@ class AsyncSource:
         metrics |= {"async/rejected_stale": float(len(stale)), "async/rejected_stale_total": self.totals["rejected_stale"],
                     "async/queue_depth": float(len(self.buffer)), "async/queue_age_s": time.time() - res.finished_at,
                     "async/in_flight": float(self.pool.in_flight), "async/learner_idle_s": idle,
-                    "async/job_lag_steps": float(state.step - res.job_id), "async/max_staleness": float(cfg.max_staleness),
-                    "async/jobs_per_step": float(len(taken)),
+                    "async/job_lag_steps": float(state.step - self._step_of(res.job_id)), "async/max_staleness": float(cfg.max_staleness),
+                    "async/jobs_per_step": float(len(taken)), **self.meter.take(),
+                    "rollout/workers": float(len(self.pool.workers)),
                     "async/multi_version_frac": am.multi_version_fraction(admitted), **self.pool.counters.as_metrics()}
         line = (f" | lag {metrics.get('async/staleness/mean', 0):.2f} | stale {len(stale)} | idle {idle:.1f}s")
         self.unlogged_stale = []
@@ -196,7 +242,7 @@ class AsyncSource:
                             line)
 
     def publish(self, model, version: int) -> bool:
-        self.pool.publish(version, weights_blob(model))  # the workers' next turns use it
+        self._publish(model, version)  # the workers' next jobs (or turns, with partial rollouts) use it
         return True
 
     def batch_metrics(self, batch, captured: dict) -> dict[str, float]:
@@ -244,13 +290,13 @@ class AsyncState:
 def _job_dict(j: RolloutJob) -> dict:
     return {"job_id": j.job_id, "tasks": [t.to_dict() for t in j.tasks], "group_ids": list(j.group_ids), "seed": j.seed,
             "budgets": dataclasses.asdict(j.budgets), "sampling": dict(j.sampling), "attempt": j.attempt,
-            "generator_state": j.generator_state}
+            "generator_state": j.generator_state, "group_seeds": j.group_seeds, "step": j.step}
 
 
 def _job_from(d: dict) -> RolloutJob:
     return RolloutJob(int(d["job_id"]), [Task.from_dict(t) for t in d["tasks"]], list(d["group_ids"]), int(d["seed"]),
                       LoopBudgets(**d["budgets"]), dict(d["sampling"]), int(d.get("attempt", 0)),
-                      d.get("generator_state"))
+                      d.get("generator_state"), bool(d.get("group_seeds", False)), d.get("step"))
 
 
 def _result_dict(r: RolloutResult) -> dict:

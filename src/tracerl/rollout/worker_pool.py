@@ -32,8 +32,9 @@ class WorkerPool:
     """`factory(worker_id, incarnation)` makes a worker; incarnation counts its replacements."""
 
     def __init__(self, factory: Callable[[int, int], RolloutWorker], n: int, *, per_worker: int = 2,
-                 max_replacements: int | None = None):
+                 max_replacements: int | None = None, full_weights: Callable[[], tuple] | None = None):
         self.factory, self.per_worker = factory, per_worker
+        self.full_weights = full_weights  # () -> (version, full weights): a replaced worker's first load
         self.max_replacements = 3 * n if max_replacements is None else max_replacements
         self.incarnation = [0] * n
         self.workers: list[RolloutWorker] = [factory(i, 0) for i in range(n)]
@@ -43,7 +44,7 @@ class WorkerPool:
         self.weights: tuple[int, bytes] | None = None
         self.excluded: list[RolloutJob] = []
 
-    def publish(self, version: int, blob: bytes) -> None:
+    def publish(self, version: int, blob) -> None:
         self.weights = (version, blob)
         for w in self.workers:
             w.send_weights(version, blob)
@@ -94,8 +95,9 @@ class WorkerPool:
         self.workers[wid].close()
         self.incarnation[wid] += 1
         self.workers[wid] = self.factory(wid, self.incarnation[wid])
-        if self.weights is not None:
-            self.workers[wid].send_weights(*self.weights)
+        if self.weights is not None:  # the full weights when the last sync carried adapters only
+            full = getattr(self.weights[1], "kind", "full") != "full" and self.full_weights is not None
+            self.workers[wid].send_weights(*(self.full_weights() if full else self.weights))
         lost = [job for jid, (w, job) in self.assigned.items() if w == wid]
         for job in lost:
             del self.assigned[job.job_id]
