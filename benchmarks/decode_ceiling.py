@@ -7,7 +7,8 @@
 here too when missing). Four measurements, in one process, `--threads` torch threads:
 
 1. The machine: memory bandwidth by a streaming read (`x.sum()` over a 512 MB fp32 tensor, best of
-   `--reps`) and matmul peak (1024 x 1024 x 1024 `torch.mm`, best of `--reps`) in fp32 and bf16.
+   `--reps`) and matmul peak (1024 x 1024 x 1024 `torch.mm`, best of `--reps`) in fp32 and bf16, measured
+   again right before each row count's decode measurement (the shared machine's load moves).
 2. The ceiling of one decode step at `rows` rows: it reads every weight once (fp32 bytes) and each
    row's KV cache, and does 2 x params x rows FLOPs (+ attention), so it takes at least
    max(bytes / bandwidth, FLOPs / fp32 peak): `ceiling tok/s = rows / that`. The first term is the
@@ -136,6 +137,8 @@ def main(argv=None) -> int:
         m16 = set_autocast(copy.deepcopy(model), "bf16").eval()
     res = {"threads": args.threads, "machine": hw, "params": params, "prompt_tokens": len(prompt), "decode": []}
     for rows in (int(r) for r in args.rows.split(",")):
+        hw = machine(args.reps)  # re-measured next to each decode measurement: the load moves
+        res.setdefault("machine_at_rows", {})[rows] = hw
         c = ceiling(cfg, params, rows, len(prompt) + args.new // 2, hw)
         d = pure_decode(model, tok, prompt, rows, args.new, args.reps, bf16_model=m16)
         res["decode"].append(c | d | {"tracerl_of_ceiling": d["tracerl"] / c["ceiling_tok_s"],
