@@ -10,8 +10,9 @@ from tracerl.config.base import Cfg
 
 class LearnerConfig(Cfg):
     ranks: int = Field(1, ge=1, le=64)
-    """Learner processes of the RL stage; above 1 the policy is sharded over them with FSDP2 (gloo,
-    CPU) and each minibatch's rows are split across them (whole minibatches on every rank for losses
+    """Learner ranks of the RL stage; above 1 the policy is sharded over them with FSDP2 (gloo on CPU, NCCL
+    on CUDA with one GPU per rank), the ranks local processes or Ray actors (`placement.learner`,
+    config/placement.py), and each minibatch's rows are split across them (whole minibatches on every rank for losses
     normalised over the minibatch: MIS, NLL, Clip-Cov, KL-Cov, MOPD), with the single-process update's
     result; the critic, PRM, teachers and reference stay in the trainer's process (docs/training.md,
     "Sharded learner (FSDP2)"). 1: the policy trains in the trainer's process."""
@@ -24,11 +25,12 @@ class LearnerConfig(Cfg):
     """Score the policy's minibatches packed: rows end to end without padding, position ids restarting per
     row, attention confined to each row by a block-diagonal causal mask (`train/packing.py`); the same
     log-probs and gradients up to float rounding, Σ lengths tokens per forward instead of rows × longest.
-    Needs `share_prefix: false` (the shared-prefix split runs rows padded on a common cache) and one rank.
+    Needs `share_prefix: false` (the shared-prefix split runs rows padded on a common cache); any number of ranks.
     false: rows padded to the minibatch's longest."""
     max_tokens_per_micro_batch: int | None = Field(None, ge=1)
     """Token budget of one forward and backward: each minibatch's rows run in micro-batches of at most this
     many tokens (Σ lengths when packed, rows × longest when padded; a longer row runs alone), their
     gradients summed into the minibatch's one optimizer step (the same step, up to float rounding). Needs
-    an algorithm whose loss is a sum over rows (not MIS, NLL, Clip-Cov, KL-Cov or MOPD) and one rank.
+    an algorithm whose loss is a sum over rows (not MIS, NLL, Clip-Cov, KL-Cov or MOPD); on several ranks each runs
+    its rows' micro-batches, padded to the ranks' largest count with zero-weight forwards.
     null: a minibatch runs whole."""
