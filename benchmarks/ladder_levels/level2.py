@@ -15,17 +15,20 @@ gain at every seed, and its disagreement with the env's verifier under a limit).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from . import common, design, gates as G, verifier2
 
-SIZES = ["run.threads=1", "model.tiny={hidden_size: 96, num_layers: 2, num_heads: 2, intermediate_size: 288, vocab_size: 384}",
-         "env.train_tasks=800", "env.heldout_tasks=100", "env.train_difficulty=[0.0, 0.25]",
-         "env.heldout_difficulty=[0.0, 0.25]", "env.max_tokens=160", "env.max_new_tokens=32",
-         "eval.tasks=100", "eval.samples=2", "eval.k=[1,2]", "rl.eval_every=0", "rl.checkpoint_every=1000"]
-SFT = ["sft.demos=800", "sft.epochs=8", "stages=[sft, eval]"]
-RL = ["stages=[rl, eval]", "rl.steps=10", "rl.prompts_per_step=8", "rl.group_size=8", "rl.lr=0.001"]
-QUICK = ["rl.steps=4", "eval.tasks=40", "env.heldout_tasks=40", "sft.demos=300", "sft.epochs=4"]
+# the default recipe's model (1.15M parameters) on problems of difficulty <= 0.5 (one or two operations),
+# 1500 demonstrations x 8 epochs, 80% of them using the tool: a pilot at seed 0 held out 0.370 after SFT
+SIZES = ["run.threads=1", "env.train_tasks=1500", "env.heldout_tasks=100", "env.train_difficulty=[0.0, 0.5]",
+         "env.heldout_difficulty=[0.0, 0.5]", "eval.tasks=100", "eval.samples=2", "eval.k=[1,2]",
+         "rl.eval_every=0", "rl.checkpoint_every=1000"]
+SFT = ["sft.demos=1500", "sft.epochs=8", "sft.expert_tool_rate=0.8", "stages=[sft, eval]"]
+RL = ["stages=[rl, eval]", "rl.steps=10", "rl.prompts_per_step=8", "rl.group_size=8", "rl.lr=0.0005"]
+QUICK = ["rl.steps=2", "eval.tasks=20", "env.heldout_tasks=20", "sft.demos=200", "sft.epochs=2",
+         "model.tiny={hidden_size: 64, num_layers: 2, num_heads: 2, intermediate_size: 128, vocab_size: 320}"]
 GROUP = 8
 
 
@@ -60,9 +63,15 @@ def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check
 def sft_start(args, root: Path, results: dict) -> str:
     """The shared SFT checkpoint (trained once, at seed 0), its held-out success and independent re-score."""
     if "sft" not in results:
-        sft, wall = common.train("default", root / "sft", "run.seed=0", *SIZES, *SFT, *(QUICK if args.quick else []))
-        results["sft"] = {"success": common.last_eval(sft)["eval/success"], "v2": verifier2.audit(sft.run_dir),
-                          "wall_s": wall, "checkpoint": str(sft.checkpoint)}
+        done = root / "sft" / "summary.json"
+        if done.exists() and "wall_s" in json.loads(done.read_text()):  # a finished start (e.g. Level 2's, for Level 5)
+            summary = json.loads(done.read_text())
+            results["sft"] = {"success": summary["evals"][-1]["eval/success"], "v2": verifier2.audit(root / "sft"),
+                              "wall_s": summary["wall_s"], "checkpoint": str(root / "sft" / "checkpoints" / "step_0")}
+        else:
+            sft, wall = common.train("default", root / "sft", "run.seed=0", *SIZES, *SFT, *(QUICK if args.quick else []))
+            results["sft"] = {"success": common.last_eval(sft)["eval/success"], "v2": verifier2.audit(sft.run_dir),
+                              "wall_s": wall, "checkpoint": str(sft.checkpoint)}
         args.save()
     return results["sft"]["checkpoint"]
 

@@ -4,7 +4,7 @@ machinery: `faults.slow_call`; held-out evaluation every few steps, without the 
 
 Gate (reference §10, Level 5): async reaches the synchronous quality target (sync's final held-out success
 on the seed-averaged curve) in less wall time (a predeclared ratio), without exceeding the predeclared
-KL (policy/approx_kl), importance-weight (is/weight_p99, ESS fraction) or verifier-disagreement limits
+KL (policy/approx_kl), importance-weight (the 99th percentile of pi_prox/pi_behavior, async/iw/p99; ESS fraction) or verifier-disagreement limits
 (the independent verifier, `verifier2.py`, on the final held-out episodes) at any step of any async run."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ ETA, WORKERS = 1, 2
 LATENCY = ["faults.slow_call=0.3", "faults.slow_s=0.4", "faults.slow_sigma=1.0"]
 RL = ["rl.steps=12", "rl.prompts_per_step=8", "rl.group_size=4", "rl.eval_every=3", "rl.checkpoint_every=0",
       "eval.tasks=100", "eval.samples=2", "eval.k=[1,2]", *LATENCY]
-QUICK = ["rl.steps=3", "rl.eval_every=1", "eval.tasks=20"]
+QUICK = ["rl.steps=3", "rl.eval_every=1", "eval.tasks=20", "env.heldout_tasks=20"]
 
 
 def _async_bench():
@@ -36,8 +36,10 @@ def _limits(run_dir: Path) -> dict:
     rl = [r for r in rows if r.get("stage") == "rl"]
     pick = lambda k: [r[k] for r in rl if k in r]  # noqa: E731
     ess = pick("async/ess_frac") or pick("is/ess_frac")
-    return {"kl_max": max(pick("policy/approx_kl"), default=None), "is_p99_max": max(pick("is/weight_p99"), default=None),
-            "is_max": max(pick("is/weight_max"), default=None), "ess_frac_min": min(ess, default=None)}
+    # the async learner logs its importance weights pi_prox/pi_behavior as async/iw/*, the sync one as is/weight_*
+    return {"kl_max": max(pick("policy/approx_kl"), default=None),
+            "is_p99_max": max(pick("async/iw/p99") or pick("is/weight_p99"), default=None),
+            "is_max": max(pick("async/iw/max") or pick("is/weight_max"), default=None), "ess_frac_min": min(ess, default=None)}
 
 
 def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check]]:
@@ -47,7 +49,8 @@ def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check
     extra = QUICK if args.quick else []
     results.setdefault("runs", [])
     done = {(r["label"], r["seed"]) for r in results["runs"]}
-    ckpt = level2.sft_start(args, root, results)
+    # Level 2's SFT start (same sizes), trained there if Level 2 has not run yet
+    ckpt = level2.sft_start(args, root.parent / ("level2-quick" if args.quick else "level2"), results)
     configs = [("sync", []), (f"async-eta{ETA}", ["rl.mode=async", f"rl.max_staleness={ETA}", f"rollout.workers={WORKERS}"])]
     for seed in args.seeds:
         for label, over in configs:
@@ -100,7 +103,7 @@ def checks(results: dict, gates: dict) -> list[G.Check]:
         G.at_most("async wall time to sync's target / sync's (seed-averaged curves)", ratio,
                   G.threshold(gates, lv, "wall_ratio_max"), f"target {target:.3f}" if target is not None else "no runs"),
         G.at_most("KL learner vs behavior (policy/approx_kl), worst step", worst("kl_max", max), G.threshold(gates, lv, "kl_max")),
-        G.at_most("importance weight p99 (is/weight_p99), worst step", worst("is_p99_max", max),
+        G.at_most("importance weight p99 (async/iw/p99), worst step", worst("is_p99_max", max),
                   G.threshold(gates, lv, "is_weight_max")),
         G.at_least("importance-weight ESS fraction, worst step", worst("ess_frac_min", min), G.threshold(gates, lv, "ess_frac_min")),
         G.at_most("verifier disagreement on final held-out episodes, worst run",
