@@ -78,3 +78,19 @@ def test_the_meter_sums_syncs_until_taken():
     got = m.take()
     assert got["rollout/weight_sync_mb"] == 5.0 and got["rollout/weight_syncs"] == 2.0 and got["rollout/weight_sync_s"] >= 0
     assert m.take() == {}
+
+
+def test_a_tied_tensor_travels_once(tiny):
+    """The tiny model ties lm_head to the embeddings: the payload holds that tensor once (an alias names the other
+    key) and the receiver loads both keys."""
+    model, _ = tiny
+    sd = model.state_dict()
+    tied = [k for k in sd if k != "model.embed_tokens.weight" and sd[k].data_ptr() == sd["model.embed_tokens.weight"].data_ptr()]
+    p = payload(model, 1, 64)
+    assert tied and p.aliases == {k: "model.embed_tokens.weight" for k in tied}
+    once = sum(v.numel() * v.element_size() for v in sd.values()) - sum(sd[k].numel() * sd[k].element_size() for k in tied)
+    assert once < p.nbytes < once + 16384  # the tensors once, plus torch.save's headers
+    twin = plain_copy(model)
+    Receiver().load(twin, p)
+    for k, v in plain_state_dict(model).items():
+        assert torch.equal(twin.state_dict()[k], v)

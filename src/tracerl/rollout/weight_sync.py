@@ -27,6 +27,7 @@ class WeightsPayload:
     buckets: list
     kind: str = "full"  # "full": plain weights; "lora": adapters of the layers named, merged by the worker
     nbytes: int = 0
+    aliases: dict = dataclasses.field(default_factory=dict)  # key -> the key whose tensor it shares (tied weights)
 
     @property
     def mb(self) -> float:
@@ -74,12 +75,19 @@ def payload(model, version: int, bucket_mb: float, *, adapters_only: bool = Fals
     only the adapters."""
     from tracerl.models.weights import plain_state_dict
 
+    aliases: dict[str, str] = {}
     if adapters_only:
         tensors, kind = _adapters(model), "lora"
     else:
-        tensors, kind = {k: v.to("cpu", copy=True) for k, v in plain_state_dict(model).items()}, "full"
+        tensors, kind, seen = {}, "full", {}
+        for k, v in plain_state_dict(model).items():  # a tied tensor (lm_head = embeddings) travels once
+            key = (v.data_ptr(), v.shape, v.stride(), v.dtype)
+            if key in seen:
+                aliases[k] = seen[key]
+            else:
+                seen[key], tensors[k] = k, v.to("cpu", copy=True)
     blobs = _bucketed(tensors, bucket_mb)
-    return WeightsPayload(int(version), blobs, kind, sum(len(b) for b in blobs))
+    return WeightsPayload(int(version), blobs, kind, sum(len(b) for b in blobs), aliases)
 
 
 def _load(blob: bytes) -> dict[str, torch.Tensor]:
@@ -117,6 +125,8 @@ class Receiver:
         tensors: dict[str, torch.Tensor] = {}
         for b in p.buckets:
             tensors |= _load(fetch(b))
+        for k, src in p.aliases.items():
+            tensors[k] = tensors[src]
         if p.kind == "full":
             self.base = {k: v for k, v in tensors.items() if k.endswith(".weight")}
             return tensors
