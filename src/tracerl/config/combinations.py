@@ -19,7 +19,8 @@ def combination_problem(recipe) -> str | None:
     # 1. gateway.agent: an external agent drives its episodes over HTTP through the trainer's own engine
     clash = ("envs:" if recipe.envs else "rl.mode: async" if recipe.rl.mode == "async" else
              "run.backend: ray" if recipe.run.backend == "ray" else
-             "engine.name: vllm" if recipe.engine.name == "vllm" else None) if gateway else None
+             "engine.name: vllm" if recipe.engine.name == "vllm" else
+             f"rollout.workers: {recipe.rollout.workers}" if recipe.rollout.workers > 1 else None) if gateway else None
     if clash:
         return (f"gateway.agent does not combine with {clash}: its external agent drives one environment's episodes "
                 "over HTTP through the trainer's own engine (a torch or hf engine in this process, sampled between "

@@ -48,11 +48,9 @@ class RolloutConfig(Cfg):
 
 
 def check_rollout(recipe) -> str | None:
-    """The first `rollout:` setting the rest of the recipe cannot run, as one sentence."""
+    """The first `rollout:` setting the rest of the recipe cannot run, as one sentence (gateway.agent with several
+    workers is refused in config/combinations.py, beside the gateway's other clashes)."""
     ro, rl = recipe.rollout, recipe.rl
-    if ro.workers > 1 and recipe.gateway.agent:
-        return (f"rollout.workers: {ro.workers} does not combine with gateway.agent: its external agent drives the "
-                "episodes over HTTP through the trainer's one engine; set rollout.workers=1 or drop gateway.agent")
     if rl.mode == "async":
         per_job = 1 if ro.group_seeded else rl.prompts_per_step  # groups per job
         most = (rl.max_staleness + 1) * rl.prompts_per_step // per_job  # the start rule keeps ≤ η + 1 steps outstanding
