@@ -1,7 +1,8 @@
 """A simulated two-node Ray cluster (`ray.cluster_utils.Cluster`: two raylets on this machine, node A with the
 custom resource `node_a`, node B with `node_b`): the `smoke` recipe's 2 RL steps with the 2 FSDP2 learner
 ranks as Ray actors on node A (`placement.learner.resources`) and the rollout actors on node B
-(`placement.rollout.resources`, `rollout.workers: 2` engines) end with the weights of the local single-process run (within 1e-5); the
+(`placement.rollout.resources`, `rollout.workers: 2` engines) and the KL reference on an actor of its own
+on node B (`placement.reference`) end with the weights of the local single-process run (within 1e-5); the
 manifest records the node each role ran on; the final checkpoint loads into a plain Hugging Face model."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def cluster():
     # node A has a CPU to spare: only placement.rollout.resources keeps the rollout actors off it
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 3, "resources": {"node_a": 2},
                                                       "include_dashboard": False})
-    c.add_node(num_cpus=2, resources={"node_b": 2})
+    c.add_node(num_cpus=3, resources={"node_b": 3})
     ray.init(address=c.address, logging_level="ERROR")
     try:
         yield c
@@ -51,7 +52,8 @@ def test_two_nodes_learner_on_a_rollouts_on_b_match_one_process(cluster, tmp_pat
     local = train("smoke", *SMALL, "rollout.seeding=group", f"run.dir={tmp_path / 'local'}").run_dir
     two = train("smoke", *SMALL, f"run.dir={tmp_path / 'ray'}", "run.backend=ray", f"ray.address={cluster.address}",
                 "learner.ranks=2", "placement.learner.resources={node_a: 1}", "rollout.workers=2",
-                "placement.rollout.resources={node_b: 1}").run_dir
+                "placement.rollout.resources={node_b: 1}", "placement.reference.where=ray",
+                "placement.reference.resources={node_b: 1}").run_dir
     for step in (1, 2):
         w1 = load_file(local / "checkpoints" / f"step_{step}" / "model.safetensors")
         w2 = load_file(two / "checkpoints" / f"step_{step}" / "model.safetensors")
@@ -69,7 +71,9 @@ def test_two_nodes_learner_on_a_rollouts_on_b_match_one_process(cluster, tmp_pat
     rollout = placement["rollout"]
     assert rollout["where"] == "ray" and len(rollout["workers"]) == 2 and {w["node_id"] for w in rollout["workers"]} == {b}
     assert placement["trainer"]["node_id"] == a  # the driver joined through the head node
-    assert placement["reference"] == {"where": "trainer"}
+    reference = placement["reference"]  # the KL reference scored on an actor of its own, on node B
+    assert reference["where"] == "ray" and [w["node_id"] for w in reference["workers"]] == [b]
+    assert placement["critic"] == {"where": "trainer"}
     assert json.loads((local / "manifest.json").read_text())["placement"]["learner"]["where"] == "inprocess"
 
     # the sharded run's checkpoint is a plain Hugging Face model: full tensors gathered from the ranks

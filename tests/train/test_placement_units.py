@@ -47,3 +47,32 @@ def test_auto_placement(overrides, where):
 
 def test_gpu_check_script_parses():
     assert subprocess.run(["bash", "-n", "benchmarks/gpu_check.sh"]).returncode == 0
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (["placement.reference.where=ray"], "needs run.backend: ray"),
+    (["run.backend=ray", "placement.reference.where=ray", "model.lora.r=4"], "adapter disabled"),
+    (["run.backend=ray", "placement.reference.where=ray", "rl.algorithm.kl.coef=0"], "does not use"),
+    (["placement.reference.num_cpus=2"], "scores in the trainer"),
+    (["run.backend=ray", "ray.num_cpus=1", "placement.reference.where=ray"], "raise ray.num_cpus to 2"),  # rollout + ref
+    (["run.backend=ray", "ray.num_cpus=3", "placement.reference.where=ray", "placement.reference.num_gpus=1"],
+     "reserves a GPU the CPU reference does not use"),
+    (["placement.rollout.resources={node_b: 1}"], "run.backend is local"),
+])
+def test_placement_refusals(overrides, words):
+    from tracerl.errors import UserError
+
+    with pytest.raises(UserError, match=words):
+        load_recipe("smoke", overrides)
+
+
+def test_ray_reference_loads():
+    recipe = load_recipe("smoke", ["run.backend=ray", "ray.num_cpus=3", "placement.reference.where=ray"])
+    assert recipe.placement.reference.where == "ray"
+
+
+def test_resource_amounts_must_be_positive():
+    from tracerl.errors import UserError
+
+    with pytest.raises(UserError, match="positive amounts, got 'node_b'"):
+        load_recipe("smoke", ["run.backend=ray", "placement.rollout.resources={node_b: 0}"])

@@ -6,8 +6,8 @@ no process group), as local processes (the trainer is rank 0, FSDP2 over gloo or
 (every rank an actor in one placement group; the trainer only sends commands). `placement.rollout` adds
 custom Ray resources to each rollout actor (their CPUs and GPUs: `ray.num_cpus_per_worker` /
 `ray.num_gpus_per_worker`), e.g. `{node_b: 1}` to keep rollouts on the nodes that advertise `node_b`.
-The reference, critic, PRM, teachers and grader stay in the trainer's process (`*.device` places them
-on a device there).
+`placement.reference` puts the KL reference on a Ray actor of its own; the critic, PRM, teachers and
+grader stay in the trainer's process (`*.device` places them on a device there).
 """
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ from typing import Literal
 from pydantic import Field
 
 from tracerl.config.base import Cfg
-
-_RES_NAME = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,99}$"
-
 
 class LearnerPlacement(Cfg):
     where: Literal["auto", "inprocess", "processes", "ray"] = "auto"
@@ -47,9 +44,23 @@ class RolloutPlacement(Cfg):
     """Custom Ray resources each rollout actor reserves (`run.backend: ray`), e.g. `{node_b: 1}`."""
 
 
+class RolePlacement(Cfg):
+    where: Literal["trainer", "ray"] = "trainer"
+    """trainer: the role scores in the trainer's process (on `model.reference_device`); ray: on a Ray actor of its
+    own (needs `run.backend: ray`), on the same device kind."""
+    num_cpus: float = Field(1.0, gt=0, le=1024)
+    """CPUs the role's actor reserves (`where: ray`)."""
+    num_gpus: float = Field(0.0, ge=0, le=8)
+    """GPUs the role's actor reserves (`where: ray`); with a CUDA reference device at least 1."""
+    resources: dict[str, float] = Field(default_factory=dict, max_length=16)
+    """Custom Ray resources the role's actor reserves (`where: ray`), e.g. `{node_b: 1}`."""
+
+
 class PlacementConfig(Cfg):
     learner: LearnerPlacement = Field(default_factory=LearnerPlacement)
     """Where the policy learner's ranks run."""
+    reference: RolePlacement = Field(default_factory=RolePlacement)
+    """Where the KL reference policy scores (the critic, PRM, teachers and grader stay in the trainer)."""
     rollout: RolloutPlacement = Field(default_factory=RolloutPlacement)
     """Extra Ray resources of the rollout actors."""
 
@@ -75,13 +86,16 @@ def _cuda(device: str) -> bool:
 def check_placement(recipe) -> str | None:
     """The first `placement:` setting that has no effect or cannot be met, as one sentence."""
     pl, ranks = recipe.placement.learner, recipe.learner.ranks
-    bad = [k for k, v in recipe.placement.rollout.resources.items() | pl.resources.items()
-           if not isinstance(k, str) or v <= 0 or len(k) > 100]
+    bad = [k for res in (recipe.placement.rollout.resources, pl.resources, recipe.placement.reference.resources)
+           for k, v in res.items() if v <= 0]
     if bad:
         return f"placement resources need names and positive amounts, got {bad[0]!r}; fix or drop it"
     if recipe.placement.rollout.resources and recipe.run.backend != "ray":
         return ("placement.rollout.resources places Ray rollout actors, and run.backend is local; set run.backend=ray "
                 "or drop placement.rollout.resources")
+    problem = _reference_problem(recipe)
+    if problem:
+        return problem
     where = learner_where(recipe)
     if where == "inprocess" and ranks > 1:
         return (f"placement.learner.where: inprocess trains one rank, and learner.ranks is {ranks}; set "
@@ -94,8 +108,10 @@ def check_placement(recipe) -> str | None:
     if where != "ray" and ray_keys:
         return (f"placement.learner.{ray_keys[0]} sizes Ray learner ranks, and the learner runs {where}; set "
                 f"placement.learner.where=ray (with run.backend=ray) or drop it")
-    if where == "ray" and recipe.ray.address is None:
-        return _local_runtime_problem(recipe)
+    if (where == "ray" or recipe.placement.reference.where == "ray") and recipe.ray.address is None:
+        problem = _local_runtime_problem(recipe)
+        if problem:
+            return problem
     if recipe.faults.kill_learner_rank_at_step is not None and ranks < 2:
         return ("faults.kill_learner_rank_at_step kills a learner rank beside the trainer, and learner.ranks is 1; set "
                 "learner.ranks=2 or drop the fault")
@@ -119,15 +135,44 @@ def check_placement(recipe) -> str | None:
 def _local_runtime_problem(recipe) -> str | None:
     """Ray learner ranks on the run's own local runtime (`ray.address: null`): what it cannot hold, as one sentence."""
     pl, ray, ranks = recipe.placement.learner, recipe.ray, recipe.learner.ranks
-    custom = sorted({*pl.resources, *recipe.placement.rollout.resources})
+    ref = recipe.placement.reference
+    custom = sorted({*pl.resources, *recipe.placement.rollout.resources, *ref.resources})
     if custom:
         return (f"placement resources {custom} name custom Ray resources, and the local Ray runtime (ray.address null) "
                 "has none, so the actors would wait forever; connect to a cluster whose nodes have them with "
                 "ray.address, or drop them")
     workers = recipe.rollout.workers
-    need = ranks * pl.num_cpus + workers * ray.num_cpus_per_worker
+    ref_cpus = ref.num_cpus if ref.where == "ray" else 0.0
+    need = (ranks * pl.num_cpus if learner_where(recipe) == "ray" else 0.0) + workers * ray.num_cpus_per_worker + ref_cpus
     if need > ray.num_cpus:
-        return (f"{ranks} learner rank(s) × placement.learner.num_cpus {pl.num_cpus:g} and {workers} rollout actor(s) × "
-                f"ray.num_cpus_per_worker {ray.num_cpus_per_worker:g} need {need:g} CPUs, more than the local runtime's "
-                f"ray.num_cpus {ray.num_cpus}, so an actor would wait forever; raise ray.num_cpus to {need:g}")
+        return (f"the Ray actors of this run (learner ranks, {workers} rollout actor(s), the reference) need {need:g} "
+                f"CPUs, more than the local runtime's ray.num_cpus {ray.num_cpus}, so an actor would wait forever; "
+                f"raise ray.num_cpus to {need:g}")
+    return None
+
+
+def _reference_problem(recipe) -> str | None:
+    """`placement.reference` settings with no effect or no way to run, as one sentence."""
+    ref = recipe.placement.reference
+    if ref.where == "trainer":
+        moved = [k for k in ("num_cpus", "num_gpus", "resources") if k in ref.model_fields_set
+                 and getattr(ref, k) != RolePlacement.model_fields[k].get_default(call_default_factory=True)]
+        if moved:
+            return (f"placement.reference.{moved[0]} sizes a Ray actor, and the reference scores in the trainer; set "
+                    "placement.reference.where=ray or drop it")
+        return None
+    if recipe.run.backend != "ray":
+        return "placement.reference.where: ray needs run.backend: ray; set run.backend=ray or drop it"
+    if recipe.model.lora is not None:
+        return ("with model.lora the KL reference is the policy itself with its adapter disabled, in the trainer, so "
+                "placement.reference.where: ray cannot apply; drop it or set model.lora=null")
+    if "reference" not in recipe.rl.algorithm.roles():
+        return (f"placement.reference places the KL reference, which rl.algorithm {recipe.rl.algorithm.name!r} does not "
+                "use with these settings (no KL term); drop placement.reference or set rl.algorithm.kl.coef > 0")
+    cuda = _cuda(recipe.model.reference_device or recipe.model.device)
+    if cuda and ref.num_gpus < 1:
+        return ("a Ray reference on a CUDA device needs a GPU; set placement.reference.num_gpus=1 or "
+                "model.reference_device=cpu")
+    if not cuda and ref.num_gpus > 0:
+        return "placement.reference.num_gpus reserves a GPU the CPU reference does not use; set it to 0"
     return None

@@ -1,4 +1,5 @@
-"""A role on N Ray actors forming one `torch.distributed` group (`placement.learner.where: ray`).
+"""A role on N Ray actors forming one `torch.distributed` group (`placement.learner.where: ray`), or on one
+actor without a group (`placement.reference.where: ray`, `distributed=False`).
 
 `RayWorkerGroup` reserves one placement-group bundle per rank (`placement.learner`: CPUs, GPUs, custom
 resources such as `{node_a: 1}`, a PACK / SPREAD strategy), starts one `_Actor` in each, and joins
@@ -67,6 +68,14 @@ class _Actor:
         mesh = init_device_mesh("cuda" if cuda else "cpu", (self.world,))
         self.handler = handler(mesh=mesh, device="cuda:0" if cuda else "cpu")
 
+    def setup(self, device: str, handler) -> None:
+        """A role without a process group (one worker, e.g. the reference): just its handler."""
+        import torch
+
+        if device.startswith("cuda"):
+            torch.cuda.set_device(0)
+        self.handler = handler(device="cuda:0" if device.startswith("cuda") else "cpu")
+
     def call(self, op: str, kw: dict):
         out = self.handler.handle(op, kw)
         return out if self.rank == 0 else None  # the others' answers are rank 0's, or nothing
@@ -88,26 +97,31 @@ class RayWorkerGroup:
 
     kind = "ray"
 
-    def __init__(self, name: str, ranks: int, spec, *, handler, device: str, threads: int, deterministic: bool):
+    def __init__(self, name: str, ranks: int, spec, *, handler, device: str, threads: int, deterministic: bool,
+                 distributed: bool = True):
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self._ray, self.name, self.ranks, self.dead = ray, name, ranks, False
         bundle = _spec_bundle(spec)
-        self.pg = placement_group([dict(bundle) for _ in range(ranks)], strategy=spec.strategy)
-        ready, _ = ray.wait([self.pg.ready()], timeout=spec.start_timeout_s)
+        strategy, wait_s = getattr(spec, "strategy", "PACK"), getattr(spec, "start_timeout_s", 120.0)
+        self.pg = placement_group([dict(bundle) for _ in range(ranks)], strategy=strategy)
+        ready, _ = ray.wait([self.pg.ready()], timeout=wait_s)
         if not ready:
             ray.util.remove_placement_group(self.pg)
-            raise UserError(f"the {ranks} {name} rank(s), each reserving {bundle}, found no room on the Ray cluster "
-                            f"within {spec.start_timeout_s:g} s ({spec.strategy}); start nodes with those resources or "
-                            "change placement.learner")
+            raise UserError(f"the {ranks} {name} worker(s), each reserving {bundle}, found no room on the Ray cluster "
+                            f"within {wait_s:g} s ({strategy}); start nodes with those resources or change "
+                            f"placement.{name}")
         remote = ray.remote(max_restarts=0, max_concurrency=2)(_Actor)
         path = [os.path.abspath(p or ".") for p in sys.path]
         self.actors = [remote.options(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, resources=dict(spec.resources),
                                       scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, i))
                        .remote(i, ranks, threads, deterministic, path) for i in range(ranks)]
         self.placement = [dict(w, bundle=bundle) for w in self._all(lambda a: a.where.remote(), "start")]
+        if not distributed:
+            self._all(lambda a: a.setup.remote(device, handler), "start")
+            return
         addr, port = ray.get(self.actors[0].rendezvous.remote())
         self._all(lambda a: a.join.remote(addr, port, device, handler), "join")
 

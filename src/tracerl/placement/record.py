@@ -44,7 +44,7 @@ def snapshot(recipe, rollout: list[dict] | None = None) -> dict:
     out = {"trainer": here, "learner": learner,
            "rollout": {"where": "ray", "workers": rollout} if rollout else {"where": "trainer"}}
     for role in ("reference", "critic", "prm", "teachers", "grader"):
-        out[role] = {"where": "trainer"}
+        out[role] = _ROLES.get(role) or {"where": "trainer"}
     return out
 
 

@@ -40,8 +40,7 @@ def build_learner(recipe, algo, model, tokenizer, *, spec, state, reference, sta
     roles = Roles(policy(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=recipe.sampling.model_dump(),
                          state=(state.roles_state or {}).get("policy"), share_prefix=recipe.learner.share_prefix,
                          schedule=schedule, **_packing(recipe)),
-                  FrozenRole(reference, temperature=recipe.sampling.temperature, share_prefix=recipe.learner.share_prefix)
-                  if reference is not None else None,
+                  _reference_role(recipe, reference) if reference is not None else None,
                   build_aux_roles(recipe, model, state.roles_state, tokenizer))
     missing = algo.roles() - {"policy", *AUX_ROLES} - ({"reference"} if reference is not None else set())
     if missing:
@@ -73,6 +72,18 @@ def _policy_role(recipe):
     kw |= {"ray_spec": recipe.placement.learner} if where == "ray" else {}
     at = recipe.faults.kill_learner_rank_at_step
     return functools.partial(ShardedPolicyRole, **kw, **({"kill_at": at} if at is not None else {}))
+
+
+def _reference_role(recipe, reference):
+    """The KL reference: a `FrozenRole` here, or on a Ray actor of its own (`placement.reference.where: ray`)."""
+    kw = dict(temperature=recipe.sampling.temperature, share_prefix=recipe.learner.share_prefix)
+    spec = recipe.placement.reference
+    if spec.where == "trainer":
+        return FrozenRole(reference, **kw)
+    from tracerl.placement.remote_roles import RemoteFrozenRole
+
+    device = str(resolve_device(recipe.model.reference_device or recipe.model.device, what="model.reference_device"))
+    return RemoteFrozenRole("reference", reference, **kw, spec=spec, device=device, threads=recipe.run.threads)
 
 
 def _packing(recipe) -> dict:
