@@ -205,7 +205,7 @@ def test_gpu_ranks_need_a_gpu_each():
     recipe.model.device = "cuda:0"  # the section's own checks only; the placement is judged below
     if not torch.cuda.is_available():
         assert "local NCCL ranks need a GPU each and this machine has 0" in check_placement(recipe)
-    recipe.run.backend = "ray"  # auto: Ray actors, which must reserve a GPU each
+    recipe.run.backend, recipe.ray.num_cpus = "ray", 3  # auto: Ray actors, which must reserve a GPU each
     assert "need a GPU each" in check_placement(recipe)
     recipe.placement.learner.num_gpus = 1
     assert check_placement(recipe) is None

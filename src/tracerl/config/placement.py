@@ -145,8 +145,9 @@ def _local_runtime_problem(recipe) -> str | None:
     ref_cpus = ref.num_cpus if ref.where == "ray" else 0.0
     need = (ranks * pl.num_cpus if learner_where(recipe) == "ray" else 0.0) + workers * ray.num_cpus_per_worker + ref_cpus
     if need > ray.num_cpus:
-        return (f"the Ray actors of this run (learner ranks, {workers} rollout actor(s), the reference) need {need:g} "
-                f"CPUs, more than the local runtime's ray.num_cpus {ray.num_cpus}, so an actor would wait forever; "
+        who = ([f"{ranks} learner ranks"] if learner_where(recipe) == "ray" else []) + [f"{workers} rollout actor(s)"]
+        who += ["the reference"] if ref_cpus else []
+        return (f"the Ray actors of this run ({', '.join(who)}) need {need:g} CPUs, more than the local runtime's ray.num_cpus {ray.num_cpus}, so an actor would wait forever; "
                 f"raise ray.num_cpus to {need:g}")
     return None
 
