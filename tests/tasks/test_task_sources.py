@@ -91,7 +91,10 @@ def _save_arrow_split(directory, rows):
     with pa.OSFile(str(directory / "data-00000-of-00001.arrow"), "wb") as sink:
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
-    (directory / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))
+    state = {"_data_files": [{"filename": "data-00000-of-00001.arrow"}], "_fingerprint": directory.name,
+             "_format_columns": None, "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
+             "_split": directory.name}
+    (directory / "state.json").write_text(json.dumps(state))
     (directory / "dataset_info.json").write_text("{}")
 
 
