@@ -118,6 +118,7 @@ def test_two_worker_processes_sample_what_one_does_even_when_one_dies(tiny, tmp_
         _same_as_one_worker(one_worker, store, model)
     # the sync after step 1 sent the tiny model's weights to both workers; its seconds and MiB are logged
     assert logged[1]["rollout/weight_sync_mb"] > 0 and logged[1]["rollout/weight_sync_s"] > 0
+    assert logged[0]["rollout/worker_start_s"] > 0 and "rollout/weight_sync_s" not in logged[0]  # start-up apart
     assert logged[1]["rollout/workers"] == 2.0 and logged[1]["rollout/worker_deaths"] == 1.0
 
 

@@ -56,6 +56,7 @@ class ParallelEpisodes:
         self.sent: list[int | None] = [None] * n  # the version each worker holds
         self.jobs = 0
         self.meter = SyncMeter()
+        self.start_s = 0.0  # start-up of new workers up to their first weights (not counted as sync time)
         self.counters = {"worker_deaths": 0, "jobs_retried": 0}
         self._made: dict[str, tuple] = {}  # kind -> (version, payload): built once per version, sent to every worker
 
@@ -78,11 +79,15 @@ class ParallelEpisodes:
         if not behind:
             return
         t0 = time.perf_counter()
+        fresh = any(self.sent[i] is None for i in behind)  # a new worker's first load waits for its start-up too
         mb = sum(self._send(i, version) for i in behind)
         self._await_loaded(behind, version)
-        self.meter.s += time.perf_counter() - t0
-        self.meter.mb += mb
-        self.meter.n += 1
+        if fresh:
+            self.start_s += time.perf_counter() - t0
+        else:
+            self.meter.s += time.perf_counter() - t0
+            self.meter.mb += mb
+            self.meter.n += 1
 
     def _send(self, i: int, version: int) -> float:
         p = self._payload_for(i, version)
@@ -167,8 +172,9 @@ class ParallelEpisodes:
         self.sent[i] = None
 
     def metrics(self) -> dict[str, float]:
-        """The weight syncs since the last call, the worker count and deaths (`rollout/*`)."""
-        return self.meter.take() | {"rollout/workers": float(self.n),
+        """The weight syncs since the last call, the worker count, deaths and start-up seconds (`rollout/*`)."""
+        start, self.start_s = self.start_s, 0.0
+        return self.meter.take() | {"rollout/workers": float(self.n), "rollout/worker_start_s": start,
                                     "rollout/worker_deaths": float(self.counters["worker_deaths"])}
 
     def close(self) -> None:
