@@ -22,6 +22,7 @@ def _steps(run_dir, stage="rl"):
 
 
 @pytest.mark.timeout(900)  # two CLI runs, each spawning a rollout worker
+@pytest.mark.slow  # ~23 s; async resume with jobs in flight is in the default suite (tests/reliability/test_async_resume.py)
 @pytest.mark.parametrize("eta", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_async_smoke_runs_and_resumes(tmp_path, eta):
     run_dir = tmp_path / "run"

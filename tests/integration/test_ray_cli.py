@@ -38,6 +38,7 @@ def test_smoke_on_ray_equals_local(tmp_path, mode):
     assert compare(tmp_path / "local", tmp_path / "ray") == []
 
 
+@pytest.mark.slow  # ~25 s; LoRA on Ray stays in the default suite through test_combinations' lora + ray rows
 @pytest.mark.timeout(600)
 def test_a_lora_run_on_ray_samples_the_merged_policy(tmp_path):
     """`run.backend=ray model.lora.r=8`: the actor rebuilds the plain model and loads the merged weights, so it draws

@@ -133,6 +133,7 @@ def _lora_case() -> dict:
     return res
 
 
+@pytest.mark.slow  # LoRA on 2 ranks stays in the default suite through test_combinations' lora-2 rows
 @pytest.mark.timeout(600)  # ~15 s of wall time on an idle 2-core machine
 def test_lora_policy_on_two_ranks_equals_one():
     pytest.importorskip("peft")
