@@ -29,7 +29,7 @@ from typing import Any
 
 from tracerl.contract.roles import TerminalReason
 from tracerl.contract.task import Task
-from tracerl.envs.adapters.verifiers_env import _load_module
+from tracerl.envs.adapters._common import load_user_module
 from tracerl.envs.base import EnvSpec, Message, Step, register_env
 from tracerl.errors import UserError
 from tracerl.verifiers.registry import register_verifier
@@ -129,7 +129,7 @@ def install(name: str) -> EnvSpec:
         import openenv.core.env_server.interfaces  # noqa: F401
     except ImportError:
         raise UserError("env.name openenv:... needs openenv-core; pip install 'tracerl[openenv]'") from None
-    mod, where = _load_module(module)
+    mod, where = load_user_module(module, "openenv")
     cls = getattr(mod, clsname, None)
     if not inspect.isclass(cls):
         raise UserError(f"{where} has no class {clsname!r}")

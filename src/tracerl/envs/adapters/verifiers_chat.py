@@ -35,6 +35,7 @@ from typing import Any
 
 from tracerl.contract.roles import TerminalReason
 from tracerl.contract.task import Task
+from tracerl.envs.adapters._common import import_verifiers, task_messages
 from tracerl.envs.base import Message, Step
 from tracerl.errors import UserError
 
@@ -77,9 +78,8 @@ class _Interaction:
         if message is not None and prompted:
             raise ValueError("the task's prompt opens this exchange: take its first reply with a bare turn()")
         if not self.started:
-            from tracerl.envs.adapters.verifiers_env import _prompt
 
-            for m in _prompt(self.task.data):
+            for m in task_messages(self.task.data):
                 self._add(self._typed(m))
         self.started = True
         msgs = None if message is None else [message] if isinstance(message, str) else list(message)
@@ -159,9 +159,8 @@ class VerifiersChatEnv:
     revision = "verifiers-chat-env-1"
 
     def __init__(self, name: str, scorer, env, agent: str):
-        from tracerl.envs.adapters.verifiers_env import _vf
 
-        self.name, self.scorer, self.env, self.agent, self.vf = name, scorer, env, agent, _vf()
+        self.name, self.scorer, self.env, self.agent, self.vf = name, scorer, env, agent, import_verifiers()
         self.coro = None
         self.opened: list[_Interaction] = []
         self.replies: list[str] = []
@@ -197,9 +196,8 @@ class VerifiersChatEnv:
         ask = self._advance(None)
         if ask is None:
             raise RuntimeError(f"{type(self.env).__name__}.run() ended without a turn of the policy")
-        from tracerl.envs.adapters.verifiers_env import _prompt
 
-        return _prompt(ask.interaction.task.data) + list(ask.messages or [])
+        return task_messages(ask.interaction.task.data) + list(ask.messages or [])
 
     def step(self, action_text: str) -> Step:
         self.replies.append(action_text)

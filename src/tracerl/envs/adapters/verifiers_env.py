@@ -33,47 +33,17 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib
-import importlib.util
 import inspect
-import sys
-from pathlib import Path
 from typing import Any
 
 from tracerl.contract.roles import TerminalReason
 from tracerl.contract.task import Task
+from tracerl.envs.adapters._common import import_verifiers, load_user_module, task_messages
 from tracerl.envs.base import EnvSpec, Message, Step, register_env
 from tracerl.errors import UserError
 from tracerl.verifiers.registry import register_verifier
 
 HELDOUT_EVERY = 5
-
-
-def _vf():
-    try:
-        import verifiers.v1 as vf
-    except ImportError:
-        raise UserError("env.name verifiers:... needs the verifiers package; pip install 'tracerl[verifiers]'") from None
-    return vf
-
-
-def _load_module(target: str):
-    if target.endswith(".py"):
-        path = Path(target).expanduser().resolve()
-        if not path.is_file():
-            raise UserError(f"env.name verifiers:{target}: no such file; give an existing .py path or a module name")
-        name = f"tracerl_vf_{hashlib.sha256(str(path).encode()).hexdigest()[:10]}_{path.stem}"
-        if name not in sys.modules:
-            spec = importlib.util.spec_from_file_location(name, path)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
-        return sys.modules[name], str(path)
-    try:
-        return importlib.import_module(target), target
-    except ModuleNotFoundError as err:
-        raise UserError(f"env.name verifiers:{target}: module {err.name!r} is not installed or not on the Python path; "
-                        "install the environment or give its .py file") from None
 
 
 def load_taskset(target: str):
@@ -84,8 +54,8 @@ def load_taskset(target: str):
 def load_env(target: str):
     """(the multi-turn `vf.Env` or None, its `vf.Taskset`) of `target`'s `load_environment()`: an env other
     than `SingleAgentEnv` drives its own conversation (verifiers_chat.py); a plain taskset is single-turn."""
-    vf = _vf()
-    mod, where = _load_module(target)
+    vf = import_verifiers()
+    mod, where = load_user_module(target)
     make = getattr(mod, "load_environment", None)
     if not callable(make):
         raise UserError(f"{where} has no load_environment(); a verifiers environment module defines one")
@@ -109,19 +79,6 @@ def _reward_fns(vf_task) -> list:
             raise UserError(f"the verifiers reward {fn.__name__!r} needs the task's runtime, which tracerl does not "
                             "provide; give `runtime` a default of None or score from the trace")
     return fns
-
-
-def _prompt(data) -> list[Message]:
-    msgs: list[Message] = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []
-    p = data.prompt
-    if isinstance(p, str):
-        return [*msgs, {"role": "user", "content": p}]
-    for m in p or []:
-        m = m.model_dump() if hasattr(m, "model_dump") else dict(m)
-        if not isinstance(m.get("content"), str):
-            raise UserError("a verifiers task prompt with non-text content cannot be rendered by tracerl yet")
-        msgs.append({"role": m["role"], "content": m["content"]})
-    return msgs
 
 
 class VerifiersScorer:
@@ -153,14 +110,14 @@ class VerifiersScorer:
         return {k: float(r.score) for k, r in trace.rewards.items() if r is not None}
 
     def score(self, task: Task, reply: str) -> dict[str, float]:
-        vf = _vf()
+        vf = import_verifiers()
         from verifiers.v1.graph import MessageNode
         from verifiers.v1.trace import AgentInfo, Trace, TraceTask
 
         t = self.vf_tasks[task.id]
         trace = Trace(task=TraceTask(type=type(t).__name__, data=t.data, key=t.key, hash=t.hash),
                       agent=AgentInfo(config=vf.AgentConfig()))
-        for m in _prompt(t.data):
+        for m in task_messages(t.data):
             cls = vf.SystemMessage if m["role"] == "system" else vf.AssistantMessage if m["role"] == "assistant" else vf.UserMessage
             trace.nodes.append(MessageNode(parent=len(trace.nodes) - 1 if trace.nodes else None, message=cls(content=m["content"])))
         trace.nodes.append(MessageNode(parent=len(trace.nodes) - 1, message=vf.AssistantMessage(content=reply), sampled=True))
@@ -216,7 +173,7 @@ def install(name: str) -> EnvSpec:
             raise UserError(f"{name}: two tasks share the key {vt.key!r}; task keys must be unique")
         split = "heldout" if int(hashlib.sha256(vt.key.encode()).hexdigest(), 16) % HELDOUT_EVERY == 0 else "train"
         vf_tasks[tid] = vt
-        tasks.append(Task(id=tid, source=name, prompt=_prompt(vt.data), split=split, license="unknown",
+        tasks.append(Task(id=tid, source=name, prompt=task_messages(vt.data), split=split, license="unknown",
                           answer=getattr(vt.data, "answer", None)))
     if not tasks:
         raise UserError(f"{name}: load_environment() yielded no tasks")
@@ -230,7 +187,7 @@ def install(name: str) -> EnvSpec:
     if env is not None:  # a multi-turn env: its run() drives the conversation (verifiers_chat.py)
         from tracerl.envs.adapters.verifiers_chat import VerifiersChatEnv, check_env, env_revision
 
-        agent = check_env(name, env, _vf())
+        agent = check_env(name, env, import_verifiers())
         make, kind = (lambda: VerifiersChatEnv(name, scorer, env, agent)), f"multi-turn ({type(env).__name__})"
         revision = f"{scorer.revision}-{env_revision(env)}"
     return register_env(EnvSpec(name=name, revision=revision, make=make,
