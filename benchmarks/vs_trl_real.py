@@ -88,15 +88,14 @@ def run_trl(model_dir: str, steps: int, seed: int, prompts: int, group: int, thr
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from tracerl.contract import TokenRole
     from tracerl.envs import get_env
     from tracerl.models import load_model_and_tokenizer
     from tracerl.rollout import LoopBudgets, run_episodes
 
     sys.path.insert(0, str(Path(__file__).parent))
+    from _trl_common import env_reward, step_timer, trl_rollout_batch
     from rollout import HFGenerateEngine
 
     torch.set_num_threads(threads)
@@ -117,34 +116,13 @@ def run_trl(model_dir: str, steps: int, seed: int, prompts: int, group: int, thr
         groups = [f"g{i // group}" for i in range(len(batch))]
         trajs = run_episodes(HFGenerateEngine(trainer.model, tok), spec, batch, groups, budgets=budgets,
                              sampling=sampling, policy_version=rec["n"], seed=seed * 1000 + rec["n"], generator=gen)
-        out = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], "env_reward": []}
-        for t in trajs:
-            n = t.spans[0].end  # the prompt span
-            out["prompt_ids"].append(list(t.token_ids[:n]))
-            out["completion_ids"].append(list(t.token_ids[n:]))
-            lps = [lp if r == TokenRole.ACTION else 0.0 for lp, r in zip(t.behavior_logprobs[n:], t.roles[n:])]
-            out["logprobs"].append(lps)
-            out["env_mask"].append([int(r == TokenRole.ACTION) for r in t.roles[n:]])
-            out["env_reward"].append(float(t.reward))
+        out = trl_rollout_batch(trajs)
         rec["rollout_s"].append(time.perf_counter() - t0)
         rec["tokens"].append(sum(t.num_action_tokens for t in trajs))
         rec["reward"].append(sum(t.reward for t in trajs) / len(trajs))
         return out
 
-    def env_reward(prompts, completions, env_reward, **kw):
-        return list(env_reward)
-
-    class Timer(TrainerCallback):
-        def __init__(self):
-            self.step_s, self.t0 = [], None
-
-        def on_step_begin(self, args, state, control, **kw):
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            self.step_s.append(time.perf_counter() - self.t0)
-
-    timer = Timer()
+    timer = step_timer()
     ids = list(tasks)
     with tempfile.TemporaryDirectory(prefix="vs-trl-real-") as d:
         cfg = GRPOConfig(output_dir=d, per_device_train_batch_size=prompts * group, num_generations=group,
