@@ -32,6 +32,12 @@ class RolloutConfig(Cfg):
     sync_bucket_mb: float = Field(64.0, gt=0, le=1 << 16)
     """Weight sync: the learner's tensors travel to the workers in buckets of at most this many MiB (a
     tensor larger than a bucket travels alone), each tagged with the policy version."""
+    weight_sync: Literal["object_store", "queue", "broadcast"] | None = None
+    """How the weights travel to the rollout workers. object_store: each bucket ray.put once, read by every
+    actor (run.backend: ray); queue: each worker process's queue (run.backend: local); broadcast: a
+    torch.distributed group of the driver and every worker (gloo; NCCL when the learner and each Ray actor
+    hold a GPU), one broadcast per bucket and dtype (rl.mode: sync with rollout.workers > 1,
+    rollout/broadcast_sync.py). null: the backend's own (object_store on Ray, queue locally)."""
 
     @model_validator(mode="after")
     def _seeding_fits(self) -> RolloutConfig:
@@ -47,10 +53,36 @@ class RolloutConfig(Cfg):
         return (self.seeding or ("group" if self.workers > 1 else "step")) == "group"
 
 
+def _check_weight_sync(recipe) -> str | None:
+    ro, rl, ray = recipe.rollout, recipe.rl, recipe.run.backend == "ray"
+    if ro.weight_sync is None:
+        return None
+    if rl.mode == "sync" and ro.workers == 1 and not ray:
+        return (f"rollout.weight_sync={ro.weight_sync} has nothing to move: with rollout.workers: 1 and run.backend: "
+                "local the sync loop samples in the trainer's process; set rollout.workers > 1 or drop "
+                "rollout.weight_sync")
+    if ro.weight_sync == "object_store" and not ray:
+        return ("rollout.weight_sync=object_store is Ray's object store, and run.backend: local has none (its workers "
+                "are processes fed through their queue); set rollout.weight_sync=queue or broadcast, or run.backend=ray")
+    if ro.weight_sync == "queue" and ray:
+        return ("rollout.weight_sync=queue feeds local worker processes, and run.backend: ray has actors (fed through "
+                "the object store); set rollout.weight_sync=object_store or broadcast, or run.backend=local")
+    if ro.weight_sync == "broadcast" and (rl.mode != "sync" or ro.workers == 1):
+        why = ("rl.mode: async, whose busy workers read weights only between jobs or turns" if rl.mode != "sync"
+               else "one rollout worker")
+        return (f"rollout.weight_sync=broadcast blocks until every worker takes the weights, which needs rl.mode: sync "
+                f"with rollout.workers > 1, not {why}; set rollout.weight_sync={'object_store' if ray else 'queue'} "
+                "(or drop it)" + ("" if rl.mode != "sync" else " or rollout.workers >= 2"))
+    return None
+
+
 def check_rollout(recipe) -> str | None:
     """The first `rollout:` setting the rest of the recipe cannot run, as one sentence (gateway.agent with several
     workers is refused in config/combinations.py, beside the gateway's other clashes)."""
     ro, rl = recipe.rollout, recipe.rl
+    problem = _check_weight_sync(recipe)
+    if problem:
+        return problem
     if rl.mode == "async":
         per_job = 1 if ro.group_seeded else rl.prompts_per_step  # groups per job
         most = (rl.max_staleness + 1) * rl.prompts_per_step // per_job  # the start rule keeps ≤ η + 1 steps outstanding

@@ -10,7 +10,9 @@ Workers are spawned processes (`run.backend: local`, rollout/workers.py `Process
 each update, or before a call that finds a worker behind), in buckets (rollout/weight_sync.py); each worker
 acknowledges the version it loaded, and the seconds and MiB from send to the last acknowledgement are the
 metrics `rollout/weight_sync_s` / `rollout/weight_sync_mb`. A LoRA policy sends only its adapters after the
-first sync. A worker that dies (process killed, actor killed) is replaced by a fresh one, loaded with the
+first sync. With `rollout.weight_sync: broadcast` the weights go over a `torch.distributed` group of the driver
+and every worker instead (rollout/broadcast_sync.py: formed at the first sync, formed again when a worker is
+replaced; a sync then reaches every worker, full weights for all when one holds none). A worker that dies (process killed, actor killed) is replaced by a fresh one, loaded with the
 current weights, and its job re-run with the same seeds: the same tokens (tests/rollout/test_rollout_workers.py).
 """
 
@@ -47,9 +49,10 @@ class ParallelEpisodes:
     """`run_episodes` over N workers made by `factory(worker_id, incarnation)` (see the module docstring)."""
 
     def __init__(self, factory, model, n: int, *, env_name: str, store=None, bucket_mb: float = 64.0,
-                 max_replacements: int | None = None):
+                 max_replacements: int | None = None, sender=None):
         self.factory, self.model, self.n, self.env_name, self.store = factory, model, n, env_name, store
         self.bucket_mb = bucket_mb
+        self.sender = sender  # a BroadcastSender (rollout.weight_sync: broadcast), else each worker's own transport
         self.max_replacements = 3 * n if max_replacements is None else max_replacements
         self.workers: list = [None] * n
         self.incarnation = [0] * n
@@ -80,7 +83,7 @@ class ParallelEpisodes:
             return
         t0 = time.perf_counter()
         fresh = any(self.sent[i] is None for i in behind)  # a new worker's first load waits for its start-up too
-        mb = sum(self._send(i, version) for i in behind)
+        mb = self._broadcast(version) if self.sender is not None else sum(self._send(i, version) for i in behind)
         self._await_loaded(behind, version)
         if fresh:
             self.start_s += time.perf_counter() - t0
@@ -95,6 +98,30 @@ class ParallelEpisodes:
         self.sent[i] = version
         return p.mb
 
+    def _broadcast(self, version: int) -> float:
+        """`version` to every worker over the broadcast group (re-formed if a worker changed; full weights for all
+        when one holds none); MiB summed over the workers, as the other transports count them."""
+        while True:
+            lora = all(v is not None for v in self.sent) and adapters_suffice(self.model)
+            try:
+                p = self.sender.sync(list(self.workers), self.model, version, self.bucket_mb, adapters_only=lora)
+                break
+            except RuntimeError:  # a member died during the broadcast: replace it, form the group again
+                dead = [i for i, w in enumerate(self.workers) if not w.alive()]
+                if not dead:
+                    raise
+                for i in dead:
+                    self._replace(i, None)
+        self.sent = [version] * self.n
+        return p.mb * self.n
+
+    def _resend(self, i: int, version: int) -> None:
+        """A replaced worker to `version`: over the re-formed group, or through its own transport."""
+        if self.sender is not None:
+            self._broadcast(version)
+        else:
+            self._send(i, version)
+
     def _await_loaded(self, rows: list[int], version: int) -> None:
         waiting = set(rows)
         while waiting:
@@ -105,7 +132,7 @@ class ParallelEpisodes:
                         waiting.discard(i)
                 if i in waiting and not w.alive():
                     self._replace(i, None)
-                    self._send(i, version)
+                    self._resend(i, version)
 
     # ---- rollouts ------------------------------------------------------------------------------------------
     def __call__(self, engine, spec, tasks, group_ids, *, budgets, sampling, policy_version: int, seed: int,
@@ -152,7 +179,7 @@ class ParallelEpisodes:
                     jobs[i] = (jobs[i][0], jobs[i][1], job)
                     self._replace(i, job)
                     self.counters["jobs_retried"] += 1
-                    self._send(i, version)
+                    self._resend(i, version)
                     self.workers[i].submit(job)
         return results
 
@@ -178,6 +205,8 @@ class ParallelEpisodes:
                                     "rollout/worker_deaths": float(self.counters["worker_deaths"])}
 
     def close(self) -> None:
+        if self.sender is not None:
+            self.sender.close()
         for w in self.workers:
             if w is not None:
                 w.close()

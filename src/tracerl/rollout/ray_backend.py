@@ -231,7 +231,21 @@ def parallel_episodes(recipe, model, tokenizer, hashes, *, store=None, spec_ref=
         settings = _settings(model, tokenizer, recipe, spec_ref, hashes, seed=seed, threads=ro.threads, partial=False)
         return RayWorker(wid, settings, num_cpus=recipe.ray.num_cpus_per_worker, num_gpus=recipe.ray.num_gpus_per_worker,
                          resources=recipe.placement.rollout.resources)
-    return ParallelEpisodes(factory, model, ro.workers, env_name=spec_ref.name, store=store, bucket_mb=ro.sync_bucket_mb)
+    return ParallelEpisodes(factory, model, ro.workers, env_name=spec_ref.name, store=store, bucket_mb=ro.sync_bucket_mb,
+                            sender=broadcast_sender(recipe, model))
+
+
+def broadcast_sender(recipe, model):
+    """`rollout.weight_sync: broadcast`: the driver's end of the weight-broadcast group (rollout/broadcast_sync.py),
+    NCCL when the learner is on CUDA and every Ray actor holds a whole GPU of its own, gloo otherwise; else None."""
+    if recipe.rollout.weight_sync != "broadcast":
+        return None
+    from tracerl.models.device import model_device
+    from tracerl.rollout.broadcast_sync import BroadcastSender, backend_for
+
+    dev = str(model_device(model))
+    own_gpu = recipe.run.backend == "ray" and recipe.ray.num_gpus_per_worker >= 1  # never the learner's GPU shared
+    return BroadcastSender(backend_for(dev, "cuda" if own_gpu else "cpu"), dev)
 
 
 def backend_episodes(recipe, episodes, *, model, tokenizer, hashes, store=None, spec_ref=None):

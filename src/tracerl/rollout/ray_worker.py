@@ -129,6 +129,10 @@ class RayWorker:
         once however many actors read it (`in_object_store`)."""
         self._put(("weights", version, in_object_store(blob) if hasattr(blob, "buckets") else blob))
 
+    def join_broadcast(self, spec) -> None:
+        """Join the weight-broadcast group (rollout/broadcast_sync.py), in order with weights and jobs."""
+        self._put(("join", spec))
+
     def submit(self, job) -> None:
         self._put(("job", job))
 

@@ -4,10 +4,11 @@
 most `bucket_mb` MiB, each the bytes of a `torch.save`d dict of CPU tensors, and tags them with the version. A
 LoRA policy sends only its adapters after the first sync (`kind="lora"`: each adapted layer's A, B, scaling;
 the worker keeps the base weights it received first and merges W + scaling·B·A as peft's delta does), so a
-sync moves the adapter's megabytes, not the model's. Transports (who moves the bytes) are the worker's: a
-spawned process's queue, or the Ray object store (`rollout/ray_worker.py`: each bucket `ray.put` once, every
-actor reading the same object). `SyncMeter` records each sync's seconds and megabytes for the metrics
-`rollout/weight_sync_s` and `rollout/weight_sync_mb`.
+sync moves the adapter's megabytes, not the model's. Transports (who moves the bytes, `rollout.weight_sync`):
+a spawned process's queue, the Ray object store (`rollout/ray_worker.py`: each bucket `ray.put` once, every
+actor reading the same object), or a `torch.distributed` broadcast (`rollout/broadcast_sync.py`: the same
+buckets' tensors, flattened per dtype, sent once to a group of the sender and every worker). `SyncMeter` records each sync's seconds and
+megabytes for the metrics `rollout/weight_sync_s` and `rollout/weight_sync_mb`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class WeightsPayload:
         return self.nbytes / 2**20
 
 
-def _bucketed(tensors: dict[str, torch.Tensor], bucket_mb: float) -> list[bytes]:
+def _groups(tensors: dict[str, torch.Tensor], bucket_mb: float) -> list[dict[str, torch.Tensor]]:
+    """`tensors` cut in order into buckets of at most `bucket_mb` MiB (a larger tensor alone in its bucket)."""
     cap, out, cur, size = bucket_mb * 2**20, [], {}, 0
     for k, v in tensors.items():
         n = v.numel() * v.element_size()
@@ -44,8 +46,12 @@ def _bucketed(tensors: dict[str, torch.Tensor], bucket_mb: float) -> list[bytes]
         cur[k], size = v, size + n
     if cur or not out:
         out.append(cur)
+    return out
+
+
+def _bucketed(tensors: dict[str, torch.Tensor], bucket_mb: float) -> list[bytes]:
     blobs = []
-    for b in out:
+    for b in _groups(tensors, bucket_mb):
         buf = io.BytesIO()
         torch.save(b, buf)
         blobs.append(buf.getvalue())
@@ -70,27 +76,34 @@ def _adapters(model) -> dict[str, torch.Tensor]:
     return out
 
 
-def payload(model, version: int, bucket_mb: float, *, adapters_only: bool = False) -> WeightsPayload:
-    """The policy's weights as `version` in buckets; `adapters_only` (a LoRA policy after its first sync):
-    only the adapters."""
+def sync_tensors(model, *, adapters_only: bool = False) -> tuple[dict[str, torch.Tensor], str, dict[str, str]]:
+    """What one sync sends, whatever the transport: (CPU tensors by key, kind, aliases); a tied tensor once."""
     from tracerl.models.weights import plain_state_dict
 
     aliases: dict[str, str] = {}
     if adapters_only:
-        tensors, kind = _adapters(model), "lora"
-    else:
-        tensors, kind, seen = {}, "full", {}
-        for k, v in plain_state_dict(model).items():  # a tied tensor (lm_head = embeddings) travels once
-            key = (v.data_ptr(), v.shape, v.stride(), v.dtype)
-            if key in seen:
-                aliases[k] = seen[key]
-            else:
-                seen[key], tensors[k] = k, v.to("cpu", copy=True)
+        return _adapters(model), "lora", aliases
+    tensors, seen = {}, {}
+    for k, v in plain_state_dict(model).items():  # a tied tensor (lm_head = embeddings) travels once
+        key = (v.data_ptr(), v.shape, v.stride(), v.dtype)
+        if key in seen:
+            aliases[k] = seen[key]
+        else:
+            seen[key], tensors[k] = k, v.to("cpu", copy=True)
+    return tensors, "full", aliases
+
+
+def payload(model, version: int, bucket_mb: float, *, adapters_only: bool = False) -> WeightsPayload:
+    """The policy's weights as `version` in buckets; `adapters_only` (a LoRA policy after its first sync):
+    only the adapters."""
+    tensors, kind, aliases = sync_tensors(model, adapters_only=adapters_only)
     blobs = _bucketed(tensors, bucket_mb)
     return WeightsPayload(int(version), blobs, kind, sum(len(b) for b in blobs), aliases)
 
 
-def _load(blob: bytes) -> dict[str, torch.Tensor]:
+def _load(blob) -> dict[str, torch.Tensor]:
+    if isinstance(blob, dict):  # tensors already (a broadcast bucket, rollout/broadcast_sync.py)
+        return blob
     return torch.load(io.BytesIO(blob), weights_only=True, map_location="cpu")
 
 

@@ -165,9 +165,20 @@ class Runner:
         self.version = -1
         self.job_generator_state: torch.Tensor | None = None  # after a job that carried a generator state
         self.receiver = None  # rollout/weight_sync.py: keeps a LoRA policy's base weights for adapter-only syncs
+        self.device, self.group = device, None  # group: the weight-broadcast group (rollout/broadcast_sync.py)
+
+    def join(self, spec) -> None:
+        """Join the weight-broadcast group `spec` names (leaving the one held before)."""
+        self.group = None
+        self.group, self.group_device = spec.connect(), "cuda" if spec.backend == "nccl" else "cpu"
 
     def load(self, version: int, blob) -> None:
-        """Weights as `version`: the bytes of a state_dict, or a bucketed `WeightsPayload` (rollout/weight_sync.py)."""
+        """Weights as `version`: the bytes of a state_dict, a bucketed `WeightsPayload` (rollout/weight_sync.py), or
+        a `BroadcastPayload` whose tensors then arrive over the group (rollout/broadcast_sync.py)."""
+        if hasattr(blob, "receive"):
+            if self.group is None:
+                raise RuntimeError("a broadcast weight sync reached a worker that joined no broadcast group")
+            blob = blob.receive(self.group, self.group_device)
         if blob is not None and not isinstance(blob, bytes):
             from tracerl.rollout.weight_sync import Receiver
 
@@ -353,6 +364,8 @@ def _worker_main(worker_id: int, settings: WorkerSettings, inbox, outbox) -> Non
             outbox.put(("loaded", worker_id, msg[1], time.perf_counter() - t0))
         elif msg[0] == "job":
             jobs.append(msg[1])
+        elif msg[0] == "join":  # the weight-broadcast group, formed or re-formed (rollout/broadcast_sync.py)
+            runner.join(msg[1])
         return msg[0] != "stop"
 
     def drain() -> bool:
@@ -401,6 +414,9 @@ class ProcessWorker:
 
     def send_weights(self, version: int, blob: bytes) -> None:
         self.inbox.put(("weights", version, blob))
+
+    def join_broadcast(self, spec) -> None:
+        self.inbox.put(("join", spec))
 
     def submit(self, job: RolloutJob) -> None:
         self.inbox.put(("job", job))
