@@ -7,6 +7,8 @@
 With `reward:` the run's environment is `dataset` (envs/dataset/): each row's prompt is rendered,
 the policy writes one completion, and every function scores it (verifiers/reward_funcs.py). The
 functions are resolved, and their signatures checked against the rows' columns, before any rollout.
+With `tools` (or `code_tools`) the episode is multi-turn with native tool calls (envs/dataset/tools.py):
+env.tool_format becomes native, env.tool_parser reads the calls, env.max_turns bounds the turns.
 """
 
 from __future__ import annotations
@@ -33,6 +35,19 @@ class RewardConfig(Cfg):
     model, which never learns an end-of-turn token from SFT; empty: the end-of-turn token or env.max_new_tokens."""
     system_prompt: str | None = Field(None, max_length=100_000)
     """A system message put before each row whose prompt is a string (null: the prompt alone, as the user message)."""
+    tools: list[str] = Field(default_factory=list, max_length=32)
+    """Tools the policy may call, as `module:function` (looked up like `funcs`): a typed function with a Google-style
+    docstring (its JSON schema comes from them), or a JSON-schema dict whose implementation is the module's function
+    of the schema's name. Non-empty: the episode is multi-turn (native tool calls through the chat template, parsed
+    by env.tool_parser, each result in the `tool` role, up to env.max_turns); each call runs in-process within
+    `timeout_s`. Empty: one completion per row."""
+    code_tools: list[str] = Field(default_factory=list, max_length=32)
+    """Tools that execute code, as `module:function`: the function returns a Python program built from its arguments,
+    the sandbox runs it (as math_tool's python tool) and what it prints is the tool result."""
+
+    @property
+    def all_tools(self) -> list[str]:
+        return [*self.tools, *self.code_tools]
 
     @model_validator(mode="after")
     def _weights_match(self) -> RewardConfig:
@@ -55,9 +70,17 @@ def check_reward(r) -> str | None:
     if r.envs:
         return "reward: builds one environment from tasks.sources and does not combine with envs:; drop one of them"
     if r.env.name not in (default_env, DATASET_ENV):
-        return (f"reward: builds its own single-turn environment from tasks.sources, so env.name {r.env.name!r} has no "
+        return (f"reward: builds its own environment from tasks.sources, so env.name {r.env.name!r} has no "
                 "effect; drop env.name")
     object.__setattr__(r.env, "name", DATASET_ENV)
+    if r.reward.all_tools:  # tools make the episode multi-turn with native tool calls
+        if "tool_format" in r.env.model_fields_set and r.env.tool_format == "grammar":
+            return ("reward.tools are called natively through the chat template, so env.tool_format: grammar does not "
+                    "apply; drop env.tool_format (or set it to native)")
+        object.__setattr__(r.env, "tool_format", "native")
+    elif r.env.tool_format == "native":
+        return ("env.tool_format: native in a reward: recipe needs tools to call; add reward.tools: [module:function] "
+                "or drop env.tool_format")
     if not r.tasks.sources:
         return "reward: scores the rows of tasks.sources; add one (a .jsonl or .parquet file, or a saved dataset folder)"
     generated = [s.env for s in r.tasks.sources if s.kind == "generator"]

@@ -64,14 +64,16 @@ class RewardCallError(Exception):
     """A reward function call that did not give one number-or-None per row (timeout, exception, bad value)."""
 
 
-def _load_module(module: str, search: Sequence[Path]):
-    """`module` from a file `<dir>/<module>.py` of `search` (a recipe's folder, the cwd), else the Python path."""
+def _load_module(module: str, search: Sequence[Path], key: str = "reward.funcs"):
+    """`module` from a file `<dir>/<module>.py` of `search` (a recipe's folder, the cwd), else the Python path;
+    `key` is the recipe key named in the error (reward.funcs, reward.tools)."""
+    what = "tool" if key.endswith("tools") else "reward function"
     if module.endswith(".py") or "/" in module or "\\" in module:
         path = Path(module).expanduser()
         candidates = [path] if path.is_absolute() else [d / path for d in search]
         found = next((p.resolve() for p in candidates if p.is_file()), None)
         if found is None:
-            raise UserError(f"reward function file {module!r} does not exist (looked in "
+            raise UserError(f"{what} file {module!r} does not exist (looked in "
                             f"{', '.join(str(d) for d in search)}); give an existing .py path")
         return _import_file(found), str(found)
     for d in search:
@@ -82,9 +84,9 @@ def _load_module(module: str, search: Sequence[Path]):
         mod = importlib.import_module(module)
     except ModuleNotFoundError as err:
         if err.name and module.startswith(err.name):
-            raise UserError(f"reward function module {module!r} is neither a file {module}.py next to the recipe or in "
-                            "the current directory nor an installed module; fix the name in reward.funcs") from None
-        raise UserError(f"reward function module {module!r} imports {err.name!r}, which is not installed") from None
+            raise UserError(f"{what} module {module!r} is neither a file {module}.py next to the recipe or in "
+                            f"the current directory nor an installed module; fix the name in {key}") from None
+        raise UserError(f"{what} module {module!r} imports {err.name!r}, which is not installed") from None
     return mod, module
 
 
@@ -159,9 +161,10 @@ def resolve_funcs(targets: Sequence[str], search: Sequence[Path] = ()) -> list[R
     return out
 
 
-def check_columns(funcs: Sequence[RewardFunc], columns: Sequence[str]) -> None:
-    """Every parameter a function requires is a column the rows have (checked before any rollout)."""
-    have = set(columns) | set(RESERVED)
+def check_columns(funcs: Sequence[RewardFunc], columns: Sequence[str], extra: Sequence[str] = ()) -> None:
+    """Every parameter a function requires is a column the rows have, or an `extra` argument (`tool_calls`,
+    `messages` of a recipe with tools), checked before any rollout."""
+    have = set(columns) | set(RESERVED) | set(extra)
     for f in funcs:
         missing = [p for p in f.required if p not in have]
         if missing:
@@ -239,17 +242,21 @@ class RewardFuncsVerifier:
         self.revision = "rf-" + hashlib.sha256(
             ";".join(f"{f.name}={f.target}@{f.revision}" for f in self.funcs).encode()).hexdigest()[:12]
 
-    def arguments(self, tasks: Sequence[Any], completions: Sequence[str]) -> dict[str, list]:
-        """The TRL-style keyword arguments for these rows: prompts, completions, then every column."""
+    def arguments(self, tasks: Sequence[Any], completions: Sequence[Any]) -> dict[str, list]:
+        """The TRL-style keyword arguments for these rows: prompts, completions, then every column. A completion
+        that is already a list of messages (a multi-turn episode with tools) is passed as it is."""
         prompts = [self.prompt_of(t) for t in tasks]
-        comps: list[Any] = [[{"role": "assistant", "content": c}] if isinstance(p, list) else c
+        comps: list[Any] = [[{"role": "assistant", "content": c}] if isinstance(p, list) and isinstance(c, str) else c
                             for p, c in zip(prompts, completions)]  # conversational prompts: TRL's message lists
         columns = row_columns(tasks)
         return {"prompts": prompts, "completions": comps, **columns}
 
-    def score(self, task: Any, completion: str) -> tuple[dict[str, float], dict[str, Any]]:
-        """Components of one row; raises RewardCallError when a call failed (the episode is an infra failure)."""
-        kwargs = self.arguments([task], [completion])
+    def score(self, task: Any, completion: Any, extra: dict[str, Any] | None = None
+              ) -> tuple[dict[str, float], dict[str, Any]]:
+        """Components of one row; raises RewardCallError when a call failed (the episode is an infra failure).
+        `completion`: the text, or the episode's assistant/tool messages; `extra`: more arguments of this row
+        (`tool_calls`, `messages`), each passed as a list of one."""
+        kwargs = {**self.arguments([task], [completion]), **{k: [v] for k, v in (extra or {}).items()}}
         comps, not_applicable = {}, []
         for f in self.funcs:
             (value,) = call_func(f, kwargs, 1, self.timeout_s)

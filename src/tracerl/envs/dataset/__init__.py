@@ -13,6 +13,11 @@ episode as `infra_failure` with the reason in `verifier_output["infra"]`.
 registers the environment and its verifier for this process; `run_recipe` calls it first, so an
 unknown module or a wrong signature fails before any run directory or rollout. There is no scripted
 expert: SFT reads a conversations file (`sft.data`) or is left out.
+
+With `reward.tools` / `reward.code_tools` the environment's native tool mode (`env.tool_format: native`,
+set by the `reward:` section) plays multi-turn episodes with those tools (tools.py); `register` declares
+it with `register_native`, so the run-start conformance check, the SFT loader and the workers find it
+as they find math_tool's.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ from tracerl.config.reward import DATASET_ENV
 from tracerl.contract.roles import TerminalReason
 from tracerl.contract.task import Task
 from tracerl.envs.base import EnvSpec, Message, Step, register_env
+from tracerl.envs.dataset.tools import (EXTRA_ARGS, DatasetToolEnv, check_stop_strings, native_tools, resolve_tools,
+                                        tools_revision)
+from tracerl.envs.native_tools import NATIVE_ENVS, register_native
 from tracerl.errors import UserError
 from tracerl.verifiers.reward_funcs import (VERIFIER_NAME, RewardCallError, RewardFuncsVerifier, check_columns,
                                             resolve_funcs, row_columns)
@@ -47,10 +55,7 @@ class DatasetEnv:
 
     def reset(self, task: Task, seed: int) -> list[Message]:
         self.task, self.reply = task, None
-        if isinstance(task.prompt, list):
-            return [dict(m) for m in task.prompt]
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return [*system, {"role": "user", "content": str(task.prompt)}]
+        return first_messages(task, self.system_prompt)
 
     def step(self, action_text: str) -> Step:
         self.reply = action_text
@@ -64,6 +69,14 @@ class DatasetEnv:
     def state_hash(self) -> str:
         key = (self.task.id if self.task else None, self.reply)
         return hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+
+
+def first_messages(task: Task, system_prompt: str | None) -> list[Message]:
+    """A row's prompt as messages: a list as it is; a string as the user message, after the system prompt."""
+    if isinstance(task.prompt, list):
+        return [dict(m) for m in task.prompt]
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*system, {"role": "user", "content": str(task.prompt)}]
 
 
 def _no_expert(task, observations, rng, **kwargs) -> str:
@@ -85,21 +98,26 @@ def install(recipe, search: Sequence[str | Path] = ()) -> RewardFuncsVerifier | 
     if cfg is None:
         return None
     funcs = resolve_funcs(cfg.funcs, search)
+    tools = resolve_tools(cfg.tools, cfg.code_tools, search)
     tasks = _loaded_tasks(recipe)
-    check_columns(funcs, list(row_columns(tasks)) if tasks else ["answer"])
+    check_columns(funcs, list(row_columns(tasks)) if tasks else ["answer"], EXTRA_ARGS if tools else ())
+    if tools:
+        check_stop_strings(cfg.stop_strings, native_tools(tools, recipe.env.tool_parser, cfg.timeout_s))
     heldout = [t for t in tasks if t.split == "heldout"]
     if not heldout and ("eval" in recipe.stages or recipe.rl.eval_every):
         raise UserError("the reward: recipe evaluates on held-out rows, but no row of tasks.sources has split: heldout; "
                         "mark some rows `\"split\": \"heldout\"` or add a source with split: heldout")
-    verifier = register(cfg, funcs, tasks)
-    targets = [f.target for f in funcs]
-    if targets != list(cfg.funcs):
-        recipe.reward = cfg.model_copy(update={"funcs": targets})
+    verifier = register(cfg, funcs, tasks, tools)
+    resolved = {"funcs": [f.target for f in funcs], "tools": [t.target for t in tools if not t.code],
+                "code_tools": [t.target for t in tools if t.code]}
+    if any(v != list(getattr(cfg, k)) for k, v in resolved.items()):
+        recipe.reward = cfg.model_copy(update=resolved)
     return verifier
 
 
-def register(cfg, funcs, tasks: Sequence[Task] = ()) -> RewardFuncsVerifier:
-    """Register the `dataset` environment and its verifier over resolved `funcs` in this process."""
+def register(cfg, funcs, tasks: Sequence[Task] = (), tools=()) -> RewardFuncsVerifier:
+    """Register the `dataset` environment and its verifier over resolved `funcs` in this process, and its
+    native tool mode over resolved `tools` (none: the environment has no native mode)."""
     verifier = RewardFuncsVerifier(funcs, timeout_s=cfg.timeout_s, prompt_of=lambda t: t.prompt)
     register_verifier(VERIFIER_NAME, lambda: verifier, replace=True)
     system = cfg.system_prompt
@@ -111,6 +129,23 @@ def register(cfg, funcs, tasks: Sequence[Task] = ()) -> RewardFuncsVerifier:
         name=DATASET_ENV, revision=REVISION, make=lambda: DatasetEnv(verifier, system), generate=generate,
         expert=_no_expert, reward_weights=dict(zip(verifier.components, cfg.weight_list())), stop_strings=tuple(cfg.stop_strings),
         verifier=VERIFIER_NAME, description="One completion per row, scored by the recipe's reward functions."))
+    if not tools:
+        NATIVE_ENVS.pop(DATASET_ENV, None)
+        return verifier
+
+    def tool_spec(spec: EnvSpec, parser: str) -> EnvSpec:
+        """The multi-turn spec: the tools through the chat template, read by `parser`."""
+        native = native_tools(tools, parser, cfg.timeout_s)
+        revision = f"{REVISION}+tools-{tools_revision(tools, parser)}"
+        make = lambda: DatasetToolEnv(verifier, native_tools(tools, parser, cfg.timeout_s), name=DATASET_ENV,
+                                      revision=revision, first_messages=lambda t: first_messages(t, system))
+        stops = tuple(dict.fromkeys([*native.parser.stop_strings, *cfg.stop_strings]))
+        return dataclasses.replace(spec, revision=revision, make=make, stop_strings=stops,
+                                   special_tokens=native.tiny_tokenizer_tags(),
+                                   description=f"Rows with tools ({', '.join(native.tools.names)}; {parser} calls), "
+                                               "scored by the recipe's reward functions.")
+
+    register_native(DATASET_ENV, tool_spec)
     return verifier
 
 
@@ -122,7 +157,7 @@ def install_in_worker(reward: dict) -> RewardFuncsVerifier:
     from tracerl.config.reward import RewardConfig
 
     cfg = RewardConfig(**reward)
-    return register(cfg, resolve_funcs(cfg.funcs))
+    return register(cfg, resolve_funcs(cfg.funcs), tools=resolve_tools(cfg.tools, cfg.code_tools))
 
 
 __all__ = ["DatasetEnv", "install", "install_in_worker", "register", "REVISION"]
