@@ -153,3 +153,45 @@ def test_transports_a_mode_cannot_use_are_refused_in_one_sentence(overrides, wor
 def test_the_default_is_the_backends_own_transport():
     assert load_recipe("smoke", []).rollout.weight_sync is None
     assert load_recipe("smoke", ["rollout.workers=2", "rollout.weight_sync=broadcast"]).rollout.weight_sync == "broadcast"
+
+
+def test_a_worker_process_samples_the_broadcast_weights_as_the_queued_ones(tiny):
+    """The real worker loop (`workers._worker_main`): a spawned worker joins the group, loads version 2 by
+    broadcast, and samples a job from a fixed generator state; an in-process worker loaded from the queue's
+    payload samples the same tokens (the same weights, bit for bit)."""
+    import copy
+
+    from tracerl.envs import get_env
+    from tracerl.rollout import LoopBudgets
+    from tracerl.rollout.workers import InProcessWorker, ProcessWorker, RolloutJob, Runner, SpecRef, worker_settings
+
+    model, tok = tiny
+    learner = copy.deepcopy(model)
+    with torch.no_grad():
+        for q in learner.parameters():
+            q.add_(0.01 * torch.randn(q.shape, generator=torch.Generator().manual_seed(q.numel())))
+    spec = get_env("math_tool")
+    tasks = spec.generate("train", 2, 1)
+    state = torch.Generator().manual_seed(5).get_state()
+    job = RolloutJob(0, tasks, ["g0", "g1"], seed=3, budgets=LoopBudgets(max_turns=2, max_new_tokens=8),
+                     sampling={"temperature": 1.0}, generator_state=state)
+    twin = plain_copy(model)
+    ref = InProcessWorker(0, Runner(twin, tok, spec, generator_seed=0, tokenizer_hashes={}))
+    ref.send_weights(2, payload(learner, 2, 64))
+    ref.submit(job)
+    want = [t.token_ids for t in next(e[1] for e in ref.events() if e[0] == "done").trajectories]
+    settings = worker_settings(learner, tok, load_recipe("smoke", []), SpecRef("math_tool"), {}, seed=0, partial=False)
+    w, sender = ProcessWorker(0, settings), BroadcastSender()
+    try:
+        sender.sync([w], learner, 2, 64)
+        w.submit(job)
+        res = None
+        for _ in range(600):
+            res = next((e[1] for e in w.events(0.5) if e[0] == "done"), None)
+            if res is not None or not w.alive():
+                break
+        assert res is not None and res.start_version == 2
+        assert [t.token_ids for t in res.trajectories] == want and any(len(t) for t in want)
+    finally:
+        w.close()
+        sender.close()
