@@ -150,6 +150,8 @@ def test_responses_api_with_a_tool_extends_its_episode_token_for_token(client, g
     assert out["trajectories"] == 1 and out["merges"] == 1
     with pytest.raises(openai.BadRequestError, match="previous_response_id"):
         client.responses.create(model="tiny", input="hi", previous_response_id=r.id)
+    with pytest.raises(openai.BadRequestError, match="unrecognized request argument 'max_toolcalls'"):
+        client.responses.create(model="tiny", input="hi", extra_body={"max_toolcalls": 1})  # a typo is not ignored
 
 
 def test_agents_sdk_default_model_and_run_streamed_go_through_the_gateway(gateway):

@@ -38,7 +38,8 @@ _REFUSED = {"previous_response_id": "nothing is stored between calls; send the w
 
 
 class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)  # strict: no "5" or "yes" for a number or a flag
+    # strict: no "5" or "yes" for a number or a flag; unknown fields are kept to be refused by name in to_chat
+    model_config = ConfigDict(extra="allow", strict=True)
     model: str
     input: str | list[dict[str, Any]]
     instructions: str | None = None
@@ -111,6 +112,9 @@ def _messages(req: ResponsesRequest) -> list[dict]:
 
 def to_chat(req: ResponsesRequest) -> tuple[ChatRequest, dict[str, dict]]:
     """The chat request this Responses request is, and the strict tools' schemas by name."""
+    for name in req.model_extra or {}:
+        raise bad_request(f"unrecognized request argument {name[:64]!r}; this gateway takes the Responses fields listed "
+                          "in docs/gateway.md", param=name[:64])
     for name, why in _REFUSED.items():
         if getattr(req, name) not in (None, False):
             raise bad_request(f"'{name}' is not supported: {why}", param=name)
