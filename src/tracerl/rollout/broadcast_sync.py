@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+import os
 import socket
 
 import torch
@@ -46,7 +47,12 @@ def _group(store, rank: int, world: int, backend: str):
         opts = dist.ProcessGroupNCCL.Options()
         opts._timeout = _TIMEOUT
         return dist.ProcessGroupNCCL(store, rank, world, opts)
-    return dist.ProcessGroupGloo(store, rank, world, _TIMEOUT)
+    if os.environ.get("GLOO_SOCKET_IFNAME"):  # the user's choice of interface
+        return dist.ProcessGroupGloo(store, rank, world, _TIMEOUT)
+    opts = dist.ProcessGroupGloo._Options()  # gloo on this node's address, not what the host name resolves to
+    opts._timeout = _TIMEOUT  # (a loopback address here would be unreachable from other nodes)
+    opts._devices = [dist.ProcessGroupGloo.create_device(hostname=node_address())]
+    return dist.ProcessGroupGloo(store, rank, world, opts)
 
 
 def node_address() -> str:
