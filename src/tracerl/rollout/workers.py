@@ -26,6 +26,10 @@ the sync loop's generator state (`RolloutJob.generator_state`): it is sampled fr
 result carries the state it ends in, so the sync loop's rollouts can run in any worker (a Ray actor,
 `run.backend: ray`) and draw the same tokens, even when a dead worker's job is re-run elsewhere.
 A third implementation, `RayWorker` (rollout/ray_worker.py), hosts the same loop in a Ray actor.
+
+With `rollout.weight_sync: broadcast` a worker is also told to join the weight-broadcast group (a `join`
+message, `join_broadcast`), and a weights message may carry a `BroadcastPayload`: the worker then receives
+its tensors over that group before loading them (rollout/broadcast_sync.py).
 """
 
 from __future__ import annotations
