@@ -30,6 +30,9 @@ class ThreadWorker:
     def send_weights(self, version, p):
         self.inbox.put(("weights", version, p))
 
+    def alive(self):
+        return True
+
     def _loop(self):
         group = None
         while True:
@@ -103,6 +106,33 @@ def test_a_broadcast_delivers_the_object_store_tensors_bit_for_bit_and_reforms(t
     finally:
         with torch.no_grad():
             next(model.parameters()).sub_(1.0)
+    sender.close()
+
+
+class DiesBeforeJoining:
+    def join_broadcast(self, spec):
+        pass
+
+    def alive(self):
+        return False
+
+
+def test_a_worker_that_dies_before_joining_gives_the_generation_up_at_once(tiny):
+    """Worker 2 is dead before it checks in: `form` raises within a second (not after the store's 10-minute
+    timeout), worker 1 is told to leave that generation, and the next one (with a live replacement) works."""
+    import time
+
+    model, _ = tiny
+    sender, alive = BroadcastSender(), ThreadWorker()
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="rank 2 died before joining"):
+        sender.form([alive, DiesBeforeJoining()])
+    assert time.monotonic() - t0 < 5 and sender.members == []
+    workers = [alive, ThreadWorker()]
+    sender.sync(workers, model, 1, 64)
+    assert sender.generation == 2
+    for w in workers:
+        _same(Receiver().state(w.wait(1)), Receiver().state(payload(model, 1, 64)))
     sender.close()
 
 

@@ -6,9 +6,11 @@ The group is the sender (rank 0: the driver holding the learner's weights) and t
 distributed learner may hold): a `TCPStore` served by the sender on a free port of its node's address (Ray's
 node address on Ray, so workers on other nodes reach it), gloo on CPU and NCCL when the sender and every
 worker hold their weights on CUDA. `BroadcastSender.form` makes it: each worker is told its rank (a `join`
-message, read by its loop as it reads weights and jobs) and the sender's constructor returns once all
-joined. A replaced worker (the old one died) makes the sender form the group again, under a new
-generation's key prefix of the same store; the survivors leave the old group for the new one.
+message, read by its loop as it reads weights and jobs); each checks in on the store, and once all have,
+the sender says go and all build the group. A worker that dies before checking in makes the sender give
+that generation up at once (the others are told, and leave it): the caller replaces the dead worker and
+forms the group again, as it does when a worker dies later, under a new generation's key prefix of the
+same store; the survivors leave the old group for the new one.
 
 A sync (`BroadcastSender.sync`) is the payload's tensors (`weight_sync.sync_tensors`: plain weights, a tied
 tensor once; or a LoRA policy's adapters only) cut into the same buckets as the other transports, each
@@ -27,6 +29,7 @@ import datetime
 import math
 import os
 import socket
+import time
 
 import torch
 import torch.distributed as dist
@@ -82,11 +85,17 @@ class GroupSpec:
     backend: str
 
     def connect(self):
-        """This worker's side of the group (returns once every member joined)."""
+        """This worker's side of the group, once every member checked in (None when the sender gave this
+        generation up: a member died before joining, and a new generation follows)."""
         if self.backend == "nccl":
             torch.cuda.set_device(0)  # a worker sees its own GPU(s): the first is cuda:0
-        store = dist.TCPStore(self.addr, self.port, is_master=False, timeout=_TIMEOUT)
-        return _group(dist.PrefixStore(f"{_PREFIX}/{self.generation}", store), self.rank, self.world, self.backend)
+        store = dist.PrefixStore(f"{_PREFIX}/{self.generation}",
+                                 dist.TCPStore(self.addr, self.port, is_master=False, timeout=_TIMEOUT))
+        store.set(f"ready/{self.rank}", "1")
+        store.wait(["go"])
+        if store.get("go") != b"ok":
+            return None
+        return _group(dist.PrefixStore("pg", store), self.rank, self.world, self.backend)
 
 
 @dataclasses.dataclass
@@ -154,10 +163,20 @@ class BroadcastSender:
         world = len(workers) + 1
         for rank, w in enumerate(workers, 1):
             w.join_broadcast(GroupSpec(self.addr, self.store.port, rank, world, self.generation, self.backend))
-        self.group = None  # leave the old group (its dead member will not answer)
+        self.group, self.members = None, []  # leave the old group (its dead member will not answer)
+        store = dist.PrefixStore(f"{_PREFIX}/{self.generation}", self.store)
+        ready, deadline = [f"ready/{r}" for r in range(1, world)], time.monotonic() + _TIMEOUT.total_seconds()
+        while not store.check(ready):  # every member checked in, or one died first: then give this generation up
+            dead = [r for r, w in enumerate(workers, 1) if not w.alive()]
+            if dead or time.monotonic() > deadline:
+                store.set("go", "abort")
+                raise RuntimeError(f"rollout worker rank {dead[0]} died before joining the weight-broadcast group"
+                                   if dead else f"the weight-broadcast group did not form in {_TIMEOUT}")
+            time.sleep(0.02)
+        store.set("go", "ok")
         if self.backend == "nccl":
             torch.cuda.set_device(torch.device(self.device))
-        self.group = _group(dist.PrefixStore(f"{_PREFIX}/{self.generation}", self.store), 0, world, self.backend)
+        self.group = _group(dist.PrefixStore("pg", store), 0, world, self.backend)
         self.members = list(workers)
 
     def ensure(self, workers: list) -> bool:

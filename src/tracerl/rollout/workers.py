@@ -174,7 +174,7 @@ class Runner:
     def join(self, spec) -> None:
         """Join the weight-broadcast group `spec` names (leaving the one held before)."""
         self.group = None
-        self.group, self.group_device = spec.connect(), "cuda" if spec.backend == "nccl" else "cpu"
+        self.group, self.group_device = spec.connect(), "cuda" if spec.backend == "nccl" else "cpu"  # None: given up
 
     def load(self, version: int, blob) -> None:
         """Weights as `version`: the bytes of a state_dict, a bucketed `WeightsPayload` (rollout/weight_sync.py), or
