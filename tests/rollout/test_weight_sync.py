@@ -94,3 +94,35 @@ def test_a_tied_tensor_travels_once(tiny):
     Receiver().load(twin, p)
     for k, v in plain_state_dict(model).items():
         assert torch.equal(twin.state_dict()[k], v)
+
+
+def test_a_worker_given_full_weights_after_training_merges_later_adapters_once(tiny):
+    """A LoRA worker that first loads full weights after the adapters moved (a replaced worker, or every worker
+    of a re-formed broadcast group): the full payload carries the base unmerged and the adapters beside it, so
+    the next adapter-only sync merges onto the base, not onto base + delta. The worker then holds the learner's
+    plain weights bit for bit (merging onto the merged weights was off by up to ~0.3 here)."""
+    pytest.importorskip("peft")
+    from tracerl.config.model import LoraSettings
+    from tracerl.models import lora
+
+    model, _ = tiny
+    policy = lora.attach_lora(copy.deepcopy(model), LoraSettings(r=4, alpha=8.0),
+                              pointer={"path": "base", "gguf_file": None, "dtype": "float32", "relative": True})
+
+    def update(seed):
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for n, q in policy.named_parameters():
+                if "lora_" in n:
+                    q.add_(torch.randn(q.shape, generator=g) * 0.1)
+
+    update(1)
+    worker, rx = plain_copy(policy), Receiver()
+    full = payload(policy, 5, 64)
+    rx.load(worker, full)
+    for k, v in plain_state_dict(policy).items():
+        assert torch.equal(worker.state_dict()[k], v), k
+    update(2)
+    rx.load(worker, payload(policy, 6, 64, adapters_only=True))
+    for k, v in plain_state_dict(policy).items():
+        assert torch.equal(worker.state_dict()[k], v), k

@@ -76,20 +76,40 @@ def _adapters(model) -> dict[str, torch.Tensor]:
     return out
 
 
+LORA = "lora::"  # a full payload's adapter keys (a LoRA policy: the base weights unmerged, its adapters beside)
+
+
+def _base_state_dict(model) -> dict[str, torch.Tensor]:
+    """A LoRA policy's base weights under the plain architecture's keys, adapters not merged in."""
+    out = {}
+    for key, value in model.state_dict().items():
+        parts = key.split(".")
+        if not any(p.startswith("lora_") for p in parts):
+            out[".".join(p for p in parts if p != "base_layer")] = value.detach()
+    return out
+
+
 def sync_tensors(model, *, adapters_only: bool = False) -> tuple[dict[str, torch.Tensor], str, dict[str, str]]:
-    """What one sync sends, whatever the transport: (CPU tensors by key, kind, aliases); a tied tensor once."""
+    """What one sync sends, whatever the transport: (CPU tensors by key, kind, aliases); a tied tensor once.
+    A LoRA policy's full sync carries the base weights unmerged and its adapters (keys `lora::…`): the worker
+    merges them, and keeps the base for later adapter-only syncs (a worker that joins after training began,
+    a replaced one, would otherwise merge the adapters twice)."""
+    from tracerl.models import lora
     from tracerl.models.weights import plain_state_dict
 
     aliases: dict[str, str] = {}
     if adapters_only:
         return _adapters(model), "lora", aliases
+    adapted = lora.is_lora(model) and any(p.startswith("base_layer") for k in model.state_dict() for p in k.split("."))
     tensors, seen = {}, {}
-    for k, v in plain_state_dict(model).items():  # a tied tensor (lm_head = embeddings) travels once
-        key = (v.data_ptr(), v.shape, v.stride(), v.dtype)
+    for k, v in (_base_state_dict(model) if adapted else plain_state_dict(model)).items():
+        key = (v.data_ptr(), v.shape, v.stride(), v.dtype)  # a tied tensor (lm_head = embeddings) travels once
         if key in seen:
             aliases[k] = seen[key]
         else:
             seen[key], tensors[k] = k, v.to("cpu", copy=True)
+    if adapted:
+        tensors |= {LORA + k: v for k, v in _adapters(model).items()}
     return tensors, "full", aliases
 
 
@@ -141,8 +161,9 @@ class Receiver:
         for k, src in p.aliases.items():
             tensors[k] = tensors[src]
         if p.kind == "full":
+            adapters = {k[len(LORA):]: tensors.pop(k) for k in [k for k in tensors if k.startswith(LORA)]}
             self.base = {k: v for k, v in tensors.items() if k.endswith(".weight")}
-            return tensors
+            return tensors | merged_from_adapters(self.base, adapters) if adapters else tensors
         if not self.base:
             raise RuntimeError("an adapter-only weight sync reached a worker that never received full weights")
         return merged_from_adapters(self.base, tensors)
