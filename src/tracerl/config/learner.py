@@ -3,7 +3,9 @@ it scores a minibatch (`train/shared_prefix.py`)."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, model_validator
 
 from tracerl.config.base import Cfg
 
@@ -34,3 +36,18 @@ class LearnerConfig(Cfg):
     an algorithm whose loss is a sum over rows (not MIS, NLL, Clip-Cov, KL-Cov or MOPD); on several ranks each runs
     its rows' micro-batches, padded to the ranks' largest count with zero-weight forwards.
     null: a minibatch runs whole."""
+    checkpoint_format: Literal["full", "sharded"] = "full"
+    """How a learner of several ranks checkpoints the policy's training state. full: the AdamW moments are
+    gathered to rank 0 after every step and saved in the trainer state, in the single-process format.
+    sharded: each rank writes its own shard of the policy's weights and moments (torch.distributed.checkpoint
+    as safetensors, the checkpoint's `policy_shards/`, train/shards.py) and nothing is gathered for them;
+    `--resume` reads them back under any number of ranks (DCP reshards; one rank included). Either way the
+    checkpoint folder also holds the consolidated weights a plain Hugging Face `from_pretrained` loads.
+    Needs `ranks` above 1."""
+
+    @model_validator(mode="after")
+    def _sharded_needs_ranks(self):
+        if self.checkpoint_format == "sharded" and self.ranks == 1:
+            raise ValueError("learner.checkpoint_format: sharded needs learner.ranks above 1 (one process has no "
+                             "shards to write); set learner.ranks=2 or more, or learner.checkpoint_format=full")
+        return self

@@ -113,7 +113,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
 
     def on_ckpt(step: int, state: RLState) -> None:
         save_checkpoint(run.checkpoints / f"step_{step}", model, tokenizer, state={"stage": "rl", **state.as_dict()},
-                        reference=reference["model"], marks=run.marks())
+                        reference=reference["model"], marks=run.marks(), shards=getattr(state, "write_shards", None))
 
     loggers = MetricLoggers(run, recipe.loggers, hparams=recipe.model_dump(mode="json"))
     for stage in stages:

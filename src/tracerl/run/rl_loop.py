@@ -39,7 +39,9 @@ from tracerl.rollout.sources import StepRollouts, SyncSource
 
 @dataclasses.dataclass
 class RLState:
-    """Everything a resumed RL stage needs to draw the same next batch and take the same step."""
+    """Everything a resumed RL stage needs to draw the same next batch and take the same step. Not a field,
+    never saved: `write_shards`, set by `train_rl` for a sharded learner, has its ranks write their shards
+    into a checkpoint being written (`learner.checkpoint_format: sharded`, train/shards.py)."""
 
     step: int = 0
     policy_version: int = 0
@@ -160,6 +162,7 @@ def train_rl(model, tokenizer, engine, sampler: Sampler, recipe: Recipe, *, spec
     algo = async_algorithm(cfg.algorithm) if cfg.mode == "async" else cfg.algorithm
     ln = build_learner(recipe, algo, model, tokenizer, spec=spec, state=state, reference=reference,
                        stage_index=stage_index)
+    state.write_shards = getattr(ln.roles.policy, "write_shards", None)  # a sharded learner's checkpoint shards
     source = make_source(recipe, algo, engine=engine, sampler=sampler, spec=spec, state=state, ln=ln, grader=grader,
                          episodes=episodes, tokenizer=tokenizer, tokenizer_hashes=tokenizer_hashes, store=store,
                          until=until, model=model, worker_factory=worker_factory)

@@ -1,6 +1,8 @@
 """Checkpoints: the model and tokenizer in Hugging Face format (under LoRA: the adapter and a pointer
 to its base weights) plus the trainer state (`trainer_state.json` + `trainer_state.safetensors`, train/state_file.py: JSON and raw
-tensors, so loading a checkpoint never runs code), written atomically and verifiable.
+tensors, so loading a checkpoint never runs code), written atomically and verifiable. A sharded learner
+(`learner.checkpoint_format: sharded`) adds `policy_shards/`: each rank's shard of the policy's weights and
+AdamW moments as safetensors (train/shards.py), read back by any number of ranks.
 
 A checkpoint is written into a temporary directory beside its final place, every file is
 fsynced, a `MANIFEST.json` listing every file with its size and SHA-256 is written last, and the
@@ -32,6 +34,7 @@ from safetensors.torch import load_model, save_model
 from tracerl.errors import UserError
 from tracerl.models import lora
 from tracerl.store.checkpoints import MANIFEST, file_sha256, verify_checkpoint  # noqa: F401  (re-exported)
+from tracerl.train.shards import SHARD_DIR
 from tracerl.train.state_file import FORMAT, StateFileError, load_state, save_state
 
 REFERENCE_FILE = "reference.safetensors"
@@ -47,11 +50,14 @@ def _fsync(path: Path) -> None:
 
 
 def save_checkpoint(path: Path, model, tokenizer, *, state: dict[str, Any], reference=None,
-                    marks: dict[str, int] | None = None) -> Path:
+                    marks: dict[str, int] | None = None, shards=None) -> Path:
     """Write `path/` loadable by AutoModelForCausalLM / AutoTokenizer, and the trainer state.
 
     `reference` (the frozen KL reference policy, when there is one) is saved beside the weights;
-    `marks` (the store's row marks) go into the manifest. An existing `path` is replaced.
+    `marks` (the store's row marks) go into the manifest. `shards(folder)`, a sharded learner's
+    `write_shards`, has every rank write its shard of the policy into the folder before the manifest is
+    taken, and returns what the manifest records as `policy_state` (`{"format": "full"}` without it).
+    An existing `path` is replaced.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -67,12 +73,13 @@ def save_checkpoint(path: Path, model, tokenizer, *, state: dict[str, Any], refe
         save_model(reference, str(tmp / REFERENCE_FILE))
     tokenizer.save_pretrained(tmp)
     save_state(tmp, {**state, **rng_states()})
+    policy_state = (shards(tmp) if shards is not None else None) or {"format": "full"}
     files = {}
     for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
         _fsync(file)
         files[file.relative_to(tmp).as_posix()] = {"bytes": file.stat().st_size, "sha256": file_sha256(file)}
     manifest = {"format": FORMAT, "stage": state.get("stage"), "step": state.get("step"), "files": files,
-                "store_marks": marks}
+                "store_marks": marks, "policy_state": policy_state}
     with (tmp / MANIFEST).open("w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
         f.flush()
@@ -124,9 +131,17 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
     if why:
         raise UserError(f"checkpoint {path} is refused: {why}")
     try:
-        return load_state(path)
+        state = load_state(path)
     except StateFileError as exc:
         raise UserError(f"checkpoint {path} has an unusable trainer state: {exc}; pick another checkpoint") from None
+    policy = (state.get("roles_state") or {}).get("policy")
+    if isinstance(policy, dict) and isinstance(policy.get("sharded"), dict):  # learner.checkpoint_format: sharded
+        shards = path / SHARD_DIR  # the fixed name, never a path read from the file
+        if not shards.is_dir():
+            raise UserError(f"checkpoint {path} was written by a sharded learner but has no {SHARD_DIR}/ folder; "
+                            "restore it or resume from another checkpoint")
+        policy["sharded"]["path"] = str(shards)
+    return state
 
 
 def load_checkpoint_model(path, *, dtype: str = "float32", key: str = "model.path"):

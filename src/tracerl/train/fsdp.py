@@ -24,6 +24,10 @@ whole minibatch on every rank instead: the same result, not data-parallel.
 LoRA (`model.lora`): the peft-injected model is sharded like any other, its frozen base weights and
 trainable adapter weights in the same FSDP2 units; only the adapter's gradients exist, are reduced
 and are stepped (`make_optimizer` holds only them).
+
+Checkpoints: `state_dict` gathers the optimizer to rank 0 in the single-process format (`learner.checkpoint_format:
+full`); with `sharded` each rank writes and reads its own shard instead (`save_shards` / `restore_sharded`,
+train/shards.py) and only the schedule and the optimizer's hyper-parameters travel as plain numbers.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from tracerl.algorithms.batch import Batch
 from tracerl.algorithms.spec import PolicyOutput
 from tracerl.train.optim import make_optimizer, optimizer_step, rl_schedule
 from tracerl.train.roles import score_actions
+from tracerl.train.shards import hyper_params, load_shards, restore_hyper_params, save_shards
 
 _PREFIX = "model."  # parameter names under the scorer wrapper
 
@@ -116,4 +121,27 @@ class ShardedPolicy:
                "param_groups": [{**g, "params": [_PREFIX + self.names[i] for i in g["params"]]}
                                 for g in opt["param_groups"]]}
         set_optimizer_state_dict(self.scorer, self.optimizer, osd, options=StateDictOptions(full_state_dict=True))
+        self.scheduler.load_state_dict(state["scheduler"])
+
+    # -- sharded checkpoints (train/shards.py; collectives: every rank calls them) ------------------
+    def small_state(self) -> dict:
+        """What a sharded checkpoint keeps outside the shards: the schedule and the optimizer's hyper-parameters."""
+        return {"scheduler": self.scheduler.state_dict(), "param_groups": hyper_params(self.optimizer)}
+
+    def save_shards(self, path: str) -> None:
+        save_shards(self.scorer, self.optimizer, path, prefix=_PREFIX)
+
+    def restore_sharded(self, state: dict, previous: ShardedPolicy | None) -> None:
+        """Restore a `small_state` + shards: from the checkpoint's shard folder (`state["sharded"]["path"]`, set
+        when the checkpoint is loaded), or, between two RL stages of one process, from the previous stage's
+        policy on this rank (its optimizer's local shards; nothing crosses ranks)."""
+        path = state["sharded"].get("path")
+        if path is not None:
+            load_shards(self.scorer, self.optimizer, path, prefix=_PREFIX)
+        elif previous is not None:
+            osd = get_optimizer_state_dict(previous.scorer, previous.optimizer)
+            set_optimizer_state_dict(self.scorer, self.optimizer, osd)
+        else:
+            raise ValueError("a sharded policy state names no shard folder and no previous stage holds the shards")
+        restore_hyper_params(self.optimizer, state["param_groups"])
         self.scheduler.load_state_dict(state["scheduler"])

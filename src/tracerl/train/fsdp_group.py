@@ -8,7 +8,8 @@ scores (reference, proximal, teachers) with its full copy of the policy, trains 
 loop, `policy_steps` (`train/minibatch.py`), on its share of the policy (`train/fsdp.py`). The step
 ends with the full weights gathered to rank 0 and loaded into the driver's model — the next
 version's weights, before the next rollout. Ranks only answer commands (build, update, scheduler
-step, state); they write nothing.
+step, state); they write nothing but, under `learner.checkpoint_format: sharded`, their own shard of each
+checkpoint (`write_shards`, train/shards.py).
 
 Where the ranks live is the worker group's business (`placement.learner`, config/placement.py):
 `LearnerGroup` here — local processes, the trainer's own process rank 0, commands broadcast over the
@@ -29,6 +30,7 @@ import os
 import signal
 import socket
 import traceback
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -40,6 +42,7 @@ from tracerl.algorithms.spec import Algorithm, PolicyOutput, StepContext
 from tracerl.errors import UserError
 from tracerl.placement.record import record_role
 from tracerl.train.fsdp import ShardedPolicy
+from tracerl.train.shards import SHARD_DIR
 from tracerl.train.roles import score_actions
 from tracerl.train.minibatch import policy_steps
 
@@ -99,11 +102,15 @@ class _Rank:
             model = kw["model"].to(self.device) if self.device != "cpu" else kw["model"]
             if kw.get("input_grads"):
                 model.enable_input_require_grads()
-            self.policy = ShardedPolicy(model, lr=kw["lr"], max_grad_norm=kw["max_grad_norm"],
-                                        sampling=kw["sampling"], mesh=self.mesh, schedule=kw.get("schedule"))
+            previous, self.policy = self.policy, ShardedPolicy(model, lr=kw["lr"], max_grad_norm=kw["max_grad_norm"],
+                                                               sampling=kw["sampling"], mesh=self.mesh,
+                                                               schedule=kw.get("schedule"))
             self.micro = {"micro_tokens": kw.get("micro_tokens"), "packed": bool(kw["sampling"].get("packing"))}
-            if kw.get("state"):
-                self.policy.load_state_dict(kw["state"])
+            state = kw.get("state")
+            if state and "sharded" in state:  # learner.checkpoint_format: sharded (train/shards.py)
+                self.policy.restore_sharded(state, previous)
+            elif state:
+                self.policy.load_state_dict(state)
             return None
         if op == "update":
             ctx = kw["ctx"]
@@ -115,7 +122,9 @@ class _Rank:
         if op == "scheduler":
             return self.policy.scheduler.step()
         if op == "state":
-            return self.policy.state_dict()
+            return self.policy.small_state() if kw.get("sharded") else self.policy.state_dict()
+        if op == "save_shards":
+            return self.policy.save_shards(kw["path"])
         raise ValueError(f"unknown learner command {op!r}")
 
 
@@ -231,8 +240,9 @@ class ShardedPolicyRole:
     def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, state: dict | None = None,
                  ranks: int, threads: int, share_prefix: bool = True, schedule: dict | None = None,
                  packing: bool = False, max_tokens_per_micro_batch: int | None = None, device: str = "cpu",
-                 ray_spec=None, kill_at: int | None = None):
+                 ray_spec=None, kill_at: int | None = None, checkpoint_format: str = "full"):
         self.model, self.max_grad_norm, self.kill_at = model, max_grad_norm, kill_at
+        self.sharded = checkpoint_format == "sharded"  # learner.checkpoint_format
         self.scoring = {k: sampling[k] for k in ("temperature", "top_p", "top_k")} | {"share_prefix": share_prefix}
         self.scoring |= {"packing": True} if packing else {}
         self.group = (ray_learner_group(ranks, threads, device, ray_spec) if ray_spec is not None
@@ -262,4 +272,17 @@ class ShardedPolicyRole:
         return stats
 
     def state_dict(self) -> dict:
-        return self.group.call("state")
+        """The policy's training state for `RLState.roles_state` (taken after every step): the full optimizer
+        gathered to rank 0 (`full`), or only the schedule and hyper-parameters, the shards staying on the ranks
+        until `write_shards` (`sharded`)."""
+        if not self.sharded:
+            return self.group.call("state")
+        return {"sharded": {"world": self.group.ranks}, **self.group.call("state", sharded=True)}
+
+    def write_shards(self, folder) -> dict | None:
+        """Every rank writes its shard of the policy into `folder`/policy_shards (a checkpoint being written,
+        train/checkpoint.py); returns what the checkpoint's manifest records, None under `full`."""
+        if not self.sharded:
+            return None
+        self.group.call("save_shards", path=str(Path(folder) / SHARD_DIR))
+        return {"format": "sharded", "world": self.group.ranks, "dir": SHARD_DIR, "storage": "dcp-safetensors"}

@@ -67,6 +67,7 @@ def _policy_role(recipe):
     from tracerl.train.fsdp_group import ShardedPolicyRole
 
     kw = {"ranks": recipe.learner.ranks, "threads": recipe.run.threads}
+    kw |= {"checkpoint_format": "sharded"} if recipe.learner.checkpoint_format == "sharded" else {}
     device = str(resolve_device(recipe.model.device))
     kw |= {"device": device} if device != "cpu" else {}
     kw |= {"ray_spec": recipe.placement.learner} if where == "ray" else {}

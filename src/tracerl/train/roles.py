@@ -119,7 +119,15 @@ class PolicyRole:
         self.micro_tokens = max_tokens_per_micro_batch  # gradient accumulation over token-budget micro-batches
         self.optimizer = make_optimizer(model, lr)
         self.scheduler = rl_schedule(self.optimizer, schedule)
-        if state:
+        if state and "sharded" in state:  # a sharded learner's checkpoint, resharded into one process (train/shards.py)
+            from tracerl.train.shards import load_shards, restore_hyper_params
+
+            if state["sharded"].get("path") is None:
+                raise ValueError("a sharded policy state names no shard folder to load in one process")
+            load_shards(self.model, self.optimizer, state["sharded"]["path"], sharded=False)
+            restore_hyper_params(self.optimizer, state["param_groups"])
+            self.scheduler.load_state_dict(state["scheduler"])
+        elif state:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
 
