@@ -46,6 +46,15 @@ def python(code: str) -> str:
     return code
 
 
+async def aecho(x: int) -> int:
+    """Echo, asynchronously.
+
+    Args:
+        x: A number.
+    """
+    return x + 1
+
+
 def untyped(a):
     """No type hint."""
     return a
@@ -201,9 +210,20 @@ def test_code_tool_runs_its_program_in_the_sandbox(tmp_path, monkeypatch):
     assert _observations(traj, tok) == ["408"] and traj.reward_components["final_answer"] == 1.0
 
 
+def test_an_async_tool_is_awaited(tmp_path, monkeypatch):
+    from tracerl.envs.dataset.tools import native_tools, resolve_tools
+    from tracerl.envs.native_tools import ToolCall
+
+    _folder(tmp_path, monkeypatch)
+    tools = native_tools(resolve_tools(["ttools:aecho"], search=[tmp_path]), "hermes", 0.5).tools
+    step = tools.execute(ToolCall("aecho", {"x": 41}))
+    assert step.observation == "42" and step.info["tool_status"] == "ok"  # 41 + 1
+    assert tools.execute(ToolCall("aecho", {"y": 1})).info["invalid_action"]  # the signature still binds
+
+
 @pytest.mark.parametrize("reward, env, match", [
     ({"tools": ["multiply"]}, {}, "reward.tools entry 'multiply' must look like module:function"),
-    ({"tools": ["ttools:divide"]}, {}, "has no tool 'divide'; it defines multiply, python, slow, untyped"),
+    ({"tools": ["ttools:divide"]}, {}, "has no tool 'divide'; it defines aecho, multiply, python, slow, untyped"),
     ({"tools": ["nosuch:f"]}, {}, "tool module 'nosuch' is neither .* fix the name in reward.tools"),
     ({"tools": ["ttools:untyped"]}, {}, "tool 'ttools:untyped' cannot give a JSON schema"),
     ({"tools": ["ttools:multiply"], "code_tools": ["ttools:multiply"]}, {}, "name two tools alike"),

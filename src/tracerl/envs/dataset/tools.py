@@ -15,7 +15,7 @@ turn, `{"role": "tool", "name": ..., "content": ...}` for its result, `{"role": 
 ...}` for the final answer. A function may also name `tool_calls` (the episode's calls, each
 `{"name", "arguments", "result", "status"}`) and `messages` (prompt messages + completions).
 
-A plain tool runs in-process within `reward.timeout_s` (a call past it, or one that raises, is an
+A plain tool (`def` or `async def`) runs in-process within `reward.timeout_s` (a call past it, or one that raises, is an
 `error: ...` result the policy sees; the thread of a timed-out call finishes in the background). A
 code tool's function returns a Python program built from its arguments; the sandbox runs it with
 math_tool's limits and what it prints is the result (a sandbox crash ends the episode as infra_failure).
@@ -23,6 +23,7 @@ math_tool's limits and what it prints is the result (a sandbox crash ends the ep
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import hashlib
@@ -104,7 +105,8 @@ def _call_in_thread(name: str, fn: Callable, kwargs: dict, timeout_s: float):
 
     def target():
         try:
-            box["value"] = fn(**kwargs)
+            value = fn(**kwargs)
+            box["value"] = asyncio.run(value) if inspect.isawaitable(value) else value  # an `async def` tool
         except BaseException as err:  # reported to the caller, not lost in the thread
             box["error"] = err
 
