@@ -1,6 +1,6 @@
 """`tracerl train smoke learner.ranks=2` end to end through the real CLI: the 2-rank FSDP2 learner ends
-the run with the single-process run's weights and metrics (default: two smoke runs, ~30 s on an idle
-2-core machine); and, slow, that the algorithms with auxiliary roles (ppo's critic, prime's PRM, mopd's
+the run with the single-process run's weights and metrics, also with `learner.checkpoint_format=sharded`
+(default: three smoke runs, ~45 s on an idle 2-core machine); and, slow, that the algorithms with auxiliary roles (ppo's critic, prime's PRM, mopd's
 teacher), rl.mode async and a LoRA policy run with two ranks."""
 
 import json
@@ -44,6 +44,22 @@ def test_smoke_two_ranks_matches_one(one_rank, tmp_path):
         assert b["reward/mean"] == a["reward/mean"]
         assert b["policy/loss"] == pytest.approx(a["policy/loss"], rel=1e-4, abs=1e-6)
         assert b["policy/grad_norm"] == pytest.approx(a["policy/grad_norm"], rel=1e-4)
+
+
+@pytest.mark.timeout(600)
+def test_smoke_two_ranks_sharded_checkpoints(one_rank, tmp_path):
+    # learner.checkpoint_format=sharded: each rank's shard in policy_shards/, the same weights as the 1-rank run
+    two = _train(tmp_path / "r2", "learner.ranks=2", "learner.checkpoint_format=sharded")
+    ckpt = two / "checkpoints" / "step_2"
+    w = [load_file(r / "checkpoints" / "step_2" / "model.safetensors") for r in (one_rank, two)]
+    assert max(float((w[0][k] - w[1][k]).abs().max()) for k in w[0]) < 1e-5
+    manifest = json.loads((ckpt / "MANIFEST.json").read_text())
+    assert manifest["policy_state"] == {"format": "sharded", "world": 2, "dir": "policy_shards",
+                                        "storage": "dcp-safetensors"}
+    assert sorted(f for f in manifest["files"] if f.startswith("policy_shards/")) == [
+        f"policy_shards/shard-0000{r}-model-00001-of-00001.safetensors" for r in (1, 2)]
+    state = json.loads((ckpt / "trainer_state.json").read_text())  # the moments are in the shards only
+    assert "exp_avg" not in json.dumps(state["state"]["roles_state"]["policy"])
 
 
 @pytest.mark.slow
