@@ -2,7 +2,8 @@
 is killed just before RL update 3 (`faults.kill_learner_rank_at_step=3`) stops with exit 2, its step-2 checkpoint
 holding each rank's shard; `tracerl train --resume RUN` on 2 ranks, and on a copy with `learner.ranks=1
 learner.checkpoint_format=full` (DCP reshards 2 → 1), both end with the weights of an uninterrupted single-process
-run within 1e-5 (measured: 2.5e-6, the same as a 2-rank run without a resume).
+run within 1e-5 (measured: 2.5e-6, the same as a 2-rank run without a resume). The same kill and 2-rank resume
+with the ranks as Ray actors (2.5e-6) and with a LoRA policy (its adapter: 1.3e-7).
 
     .venv/bin/python -m pytest -q -m slow tests/reliability/test_sharded_resume.py
 """
@@ -27,6 +28,28 @@ def _tracerl(*args: str) -> subprocess.CompletedProcess:
 
 def _diff(a, b) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+@pytest.mark.slow  # three runs each, ~75 s on an idle 2-core machine
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("extra,weights", [
+    (["run.backend=ray", "ray.num_cpus=3"], "model.safetensors"),
+    (["model.lora.r=4", "rl.algorithm.kl.coef=0.05"], "adapter_model.safetensors"),
+], ids=["ray", "lora"])
+def test_sharded_checkpoint_resumes_ray_and_lora(tmp_path, extra, weights):
+    pytest.importorskip("ray" if "run.backend=ray" in extra else "peft")
+    run = tmp_path / "two"
+    p = _tracerl(*ARGS, *extra, "learner.ranks=2", "learner.checkpoint_format=sharded",
+                 "faults.kill_learner_rank_at_step=3", f"run.dir={run}")
+    assert p.returncode == 2 and "died during `update`" in p.stderr, p.stderr[-3000:]
+    assert len(list((run / "checkpoints" / "step_2" / "policy_shards").glob("shard-*.safetensors"))) == 2
+    p = _tracerl("--resume", str(run), "faults.kill_learner_rank_at_step=null")
+    assert p.returncode == 0, p.stderr[-3000:]
+    p = _tracerl(*ARGS, *[e for e in extra if not e.startswith(("run.backend", "ray."))], f"run.dir={tmp_path / 'one'}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    w_one = load_file(tmp_path / "one" / "checkpoints" / "step_3" / weights)
+    assert _diff(load_file(run / "checkpoints" / "step_3" / weights), w_one) < 1e-5
+    assert _diff(load_file(run / "checkpoints" / "step_2" / weights), w_one) > 1e-5  # update 3 moved them
 
 
 @pytest.mark.slow  # four runs, ~70 s on an idle 2-core machine

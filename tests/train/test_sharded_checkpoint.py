@@ -106,3 +106,14 @@ def test_sharded_needs_ranks():
         == "sharded"
     with pytest.raises((UserError, ValueError), match="checkpoint_format: sharded needs learner.ranks above 1"):
         load_recipe("smoke", ["learner.checkpoint_format=sharded"])
+
+
+def test_a_sharded_state_without_its_shards_is_one_sentence(tmp_path):
+    from tracerl.errors import UserError
+    from tracerl.train.checkpoint import load_trainer_state, save_checkpoint
+
+    policy = {"sharded": {"world": 2}, "scheduler": {}, "param_groups": []}
+    save_checkpoint(tmp_path / "step_1", tiny_model(), _NoTokenizer(),
+                    state={"stage": "rl", "step": 1, "roles_state": {"policy": policy}})  # no shards= writer
+    with pytest.raises(UserError, match="written by a sharded learner but has no policy_shards/ folder"):
+        load_trainer_state(tmp_path / "step_1")
