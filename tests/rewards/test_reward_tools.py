@@ -229,6 +229,7 @@ def test_an_async_tool_is_awaited(tmp_path, monkeypatch):
     ({"tools": ["ttools:multiply"], "code_tools": ["ttools:multiply"]}, {}, "name two tools alike"),
     ({"stop_strings": ["\n"]}, {}, "stop_strings entry '\\\\n' occurs inside a hermes tool call"),
     ({}, {"tool_format": "grammar"}, "env.tool_format: grammar does not apply"),
+    ({"tools": []}, {}, "reward function 'messages_seen' requires 'tool_calls', 'messages', which the task rows"),
     ({"tools": []}, {"tool_format": "native"}, "env.tool_format: native in a reward: recipe needs tools"),
 ])
 def test_bad_tools_are_refused_in_one_sentence(tmp_path, monkeypatch, reward, env, match):

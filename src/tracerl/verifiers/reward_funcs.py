@@ -101,7 +101,7 @@ def _import_file(path: Path):
         spec.loader.exec_module(mod)
     except Exception as err:
         del sys.modules[name]
-        raise UserError(f"reward function file {path} failed to import ({type(err).__name__}: {err}); fix it") from None
+        raise UserError(f"{path} (reward.funcs / reward.tools) failed to import ({type(err).__name__}: {err}); fix it") from None
     return mod
 
 
