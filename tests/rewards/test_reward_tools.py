@@ -287,3 +287,27 @@ def test_two_rl_steps_with_tools_store_the_rewards(tmp_path, monkeypatch, overri
     assert scored and pids  # the untrained policy (seed 0) ends some episodes itself: those are scored
     if overrides:  # async / Ray: the functions ran in the worker, not here
         assert str(os.getpid()) not in pids
+
+
+def _in_worker(ref):
+    from tracerl.envs.native_tools import ToolCall
+
+    spec = ref.build()  # what an async / Ray rollout worker does before it plays
+    step = spec.make().native_tools.tools.execute(ToolCall("multiply", {"a": 12, "b": 34}))
+    return os.getpid(), step.observation, spec.revision
+
+
+def test_a_spawned_worker_imports_the_tools(tmp_path, monkeypatch):
+    import multiprocessing
+
+    from tracerl.envs import get_env
+    from tracerl.envs.native_tools import native_spec
+    from tracerl.rollout.workers import SpecRef
+
+    recipe = _installed(tmp_path, monkeypatch)
+    ref = SpecRef.for_recipe(recipe)
+    assert ref.tool_parser == "hermes" and ref.reward["tools"][0].endswith("ttools.py:multiply")
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        pid, obs, revision = pool.apply(_in_worker, (ref,))
+    assert pid != os.getpid() and obs == "408"  # 12 * 34, computed in the worker
+    assert revision == native_spec(get_env("dataset"), "native", "hermes").revision  # the same tools' hash
