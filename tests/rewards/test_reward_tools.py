@@ -311,3 +311,23 @@ def test_a_spawned_worker_imports_the_tools(tmp_path, monkeypatch):
         pid, obs, revision = pool.apply(_in_worker, (ref,))
     assert pid != os.getpid() and obs == "408"  # 12 * 34, computed in the worker
     assert revision == native_spec(get_env("dataset"), "native", "hermes").revision  # the same tools' hash
+
+
+def test_the_tools_example_runs(tmp_path, monkeypatch):
+    """`cd examples/own_reward && tracerl train recipe_tools.yaml`, shrunk: native SFT rows, eval, RL, eval."""
+    import shutil
+    from pathlib import Path
+
+    import tracerl
+    from tracerl.store import Store
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "own_reward"
+    for name in ("recipe_tools.yaml", "rewards.py", "tools.py", "mult.jsonl", "demos_tools.jsonl"):
+        shutil.copy(example / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    run = tracerl.train("recipe_tools.yaml", "sft.epochs=1", rl={"steps": 1, "prompts_per_step": 2, "group_size": 2},
+                        **{"model.tiny": TINY, "eval.tasks": 4, "eval.samples": 1, "eval.k": [1],
+                           "rl.checkpoint_every": 0, "run.root": str(tmp_path / "runs")})
+    assert [row["after"] for row in run.heldout] == ["sft", "rl"]
+    (t, *_) = Store(run.run_dir / "store.sqlite").trajectories(stage="rl", step=1)
+    assert "+tools-" in t.env_revision and set(t.reward_components) == {"final_answer"}
