@@ -6,8 +6,10 @@ no process group), as local processes (the trainer is rank 0, FSDP2 over gloo or
 (every rank an actor in one placement group; the trainer only sends commands). `placement.rollout` adds
 custom Ray resources to each rollout actor (their CPUs and GPUs: `ray.num_cpus_per_worker` /
 `ray.num_gpus_per_worker`), e.g. `{node_b: 1}` to keep rollouts on the nodes that advertise `node_b`.
-`placement.reference` puts the KL reference on a Ray actor of its own; the critic, PRM, teachers and
-grader stay in the trainer's process (`*.device` places them on a device there).
+`placement.reference`, `.teachers` and `.grader` put the frozen roles (the KL reference, each MOPD teacher, the
+learned judge) on a Ray actor of their own, answering the same calls; `placement.critic` and `.prm` put a trained
+role there with its parameters and optimizer (its forward, loss and steps run there). At `where: trainer` a role
+runs in the trainer's process (`roles.*.device` places it on a device there).
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ class RolloutPlacement(Cfg):
 
 class RolePlacement(Cfg):
     where: Literal["trainer", "ray"] = "trainer"
-    """trainer: the role scores in the trainer's process (on `model.reference_device`); ray: on a Ray actor of its
-    own (needs `run.backend: ray`), on the same device kind."""
+    """trainer: the role runs in the trainer's process (on its device: `model.reference_device`, `roles.*.device`);
+    ray: on a Ray actor of its own (one per teacher; needs `run.backend: ray`), on the same device kind."""
     num_cpus: float = Field(1.0, gt=0, le=1024)
     """CPUs the role's actor reserves (`where: ray`)."""
     num_gpus: float = Field(0.0, ge=0, le=8)
@@ -60,7 +62,15 @@ class PlacementConfig(Cfg):
     learner: LearnerPlacement = Field(default_factory=LearnerPlacement)
     """Where the policy learner's ranks run."""
     reference: RolePlacement = Field(default_factory=RolePlacement)
-    """Where the KL reference policy scores (the critic, PRM, teachers and grader stay in the trainer)."""
+    """Where the KL reference policy scores."""
+    teachers: RolePlacement = Field(default_factory=RolePlacement)
+    """Where each `roles.teachers` model scores (one actor per teacher, each reserving these resources)."""
+    grader: RolePlacement = Field(default_factory=RolePlacement)
+    """Where the `roles.grader` judge model grades (a local `path` judge; the actor loads it on its node)."""
+    critic: RolePlacement = Field(default_factory=RolePlacement)
+    """Where the critic (ppo's value model) scores and trains, its optimizer beside it."""
+    prm: RolePlacement = Field(default_factory=RolePlacement)
+    """Where PRIME's implicit PRM scores and trains, its optimizer beside it."""
     rollout: RolloutPlacement = Field(default_factory=RolloutPlacement)
     """Extra Ray resources of the rollout actors."""
 
@@ -86,16 +96,17 @@ def _cuda(device: str) -> bool:
 def check_placement(recipe) -> str | None:
     """The first `placement:` setting that has no effect or cannot be met, as one sentence."""
     pl, ranks = recipe.placement.learner, recipe.learner.ranks
-    bad = [k for res in (recipe.placement.rollout.resources, pl.resources, recipe.placement.reference.resources)
-           for k, v in res.items() if v <= 0]
+    bad = [k for res in (recipe.placement.rollout.resources, pl.resources,
+                         *(getattr(recipe.placement, r).resources for r in ROLES)) for k, v in res.items() if v <= 0]
     if bad:
         return f"placement resources need names and positive amounts, got {bad[0]!r}; fix or drop it"
     if recipe.placement.rollout.resources and recipe.run.backend != "ray":
         return ("placement.rollout.resources places Ray rollout actors, and run.backend is local; set run.backend=ray "
                 "or drop placement.rollout.resources")
-    problem = _reference_problem(recipe)
-    if problem:
-        return problem
+    for role in ROLES:
+        problem = role_problem(recipe, role)
+        if problem:
+            return problem
     where = learner_where(recipe)
     if where == "inprocess" and ranks > 1:
         return (f"placement.learner.where: inprocess trains one rank, and learner.ranks is {ranks}; set "
@@ -108,7 +119,7 @@ def check_placement(recipe) -> str | None:
     if where != "ray" and ray_keys:
         return (f"placement.learner.{ray_keys[0]} sizes Ray learner ranks, and the learner runs {where}; set "
                 f"placement.learner.where=ray (with run.backend=ray) or drop it")
-    if (where == "ray" or recipe.placement.reference.where == "ray") and recipe.ray.address is None:
+    if (where == "ray" or placed_roles(recipe)) and recipe.ray.address is None:
         problem = _local_runtime_problem(recipe)
         if problem:
             return problem
@@ -135,45 +146,88 @@ def check_placement(recipe) -> str | None:
 def _local_runtime_problem(recipe) -> str | None:
     """Ray learner ranks on the run's own local runtime (`ray.address: null`): what it cannot hold, as one sentence."""
     pl, ray, ranks = recipe.placement.learner, recipe.ray, recipe.learner.ranks
-    ref = recipe.placement.reference
-    custom = sorted({*pl.resources, *recipe.placement.rollout.resources, *ref.resources})
+    custom = sorted({*pl.resources, *recipe.placement.rollout.resources,
+                     *(k for r in placed_roles(recipe) for k in getattr(recipe.placement, r).resources)})
     if custom:
         return (f"placement resources {custom} name custom Ray resources, and the local Ray runtime (ray.address null) "
                 "has none, so the actors would wait forever; connect to a cluster whose nodes have them with "
                 "ray.address, or drop them")
     workers = recipe.rollout.workers
-    ref_cpus = ref.num_cpus if ref.where == "ray" else 0.0
-    need = (ranks * pl.num_cpus if learner_where(recipe) == "ray" else 0.0) + workers * ray.num_cpus_per_worker + ref_cpus
+    placed = placed_roles(recipe)
+    role_cpus = sum(getattr(recipe.placement, r).num_cpus * _actors(recipe, r) for r in placed)
+    need = (ranks * pl.num_cpus if learner_where(recipe) == "ray" else 0.0) + workers * ray.num_cpus_per_worker + role_cpus
     if need > ray.num_cpus:
         who = ([f"{ranks} learner ranks"] if learner_where(recipe) == "ray" else []) + [f"{workers} rollout actor(s)"]
-        who += ["the reference"] if ref_cpus else []
+        who += [f"the {r}" for r in placed]
         return (f"the Ray actors of this run ({', '.join(who)}) need {need:g} CPUs, more than the local runtime's ray.num_cpus {ray.num_cpus}, so an actor would wait forever; "
                 f"raise ray.num_cpus to {need:g}")
     return None
 
 
-def _reference_problem(recipe) -> str | None:
-    """`placement.reference` settings with no effect or no way to run, as one sentence."""
-    ref = recipe.placement.reference
-    if ref.where == "trainer":
-        moved = [k for k in ("num_cpus", "num_gpus", "resources") if k in ref.model_fields_set
-                 and getattr(ref, k) != RolePlacement.model_fields[k].get_default(call_default_factory=True)]
-        if moved:
-            return (f"placement.reference.{moved[0]} sizes a Ray actor, and the reference scores in the trainer; set "
-                    "placement.reference.where=ray or drop it")
+ROLES = ("reference", "teachers", "grader", "critic", "prm")  # the roles `placement.<role>` can put on a Ray actor
+
+
+def placed_roles(recipe) -> list[str]:
+    """The roles the recipe puts on Ray actors of their own (`placement.<role>.where: ray`)."""
+    return [r for r in ROLES if getattr(recipe.placement, r).where == "ray"]
+
+
+def _actors(recipe, role: str) -> int:
+    return max(1, len(recipe.roles.teachers)) if role == "teachers" else 1
+
+
+def _role_devices(recipe, role: str) -> list[str]:
+    m, cfg = recipe.model, recipe.roles
+    if role == "reference":
+        return [m.reference_device or m.device]
+    if role == "teachers":
+        return [t.device or m.device for t in cfg.teachers] or [m.device]
+    sub = {"grader": cfg.grader, "critic": cfg.critic, "prm": cfg.prm}[role]
+    return [(sub.device if sub is not None else None) or m.device]
+
+
+def _role_unused(recipe, role: str) -> str | None:
+    """Why `placement.<role>` places nothing in this recipe, as one sentence; None when the role exists."""
+    algo = recipe.rl.algorithm
+    if role == "grader":
+        g = recipe.roles.grader
+        if g is None:
+            return "placement.grader places the roles.grader judge, and none is set; drop placement.grader or set roles.grader"
+        if g.url is not None:
+            return ("placement.grader places a local judge model, and roles.grader.url is an endpoint that runs elsewhere "
+                    "already; drop placement.grader or give roles.grader.path")
         return None
-    if recipe.run.backend != "ray":
-        return "placement.reference.where: ray needs run.backend: ray; set run.backend=ray or drop it"
-    if recipe.model.lora is not None:
+    if role == "reference" and recipe.model.lora is not None:
         return ("with model.lora the KL reference is the policy itself with its adapter disabled, in the trainer, so "
                 "placement.reference.where: ray cannot apply; drop it or set model.lora=null")
-    if "reference" not in recipe.rl.algorithm.roles():
-        return (f"placement.reference places the KL reference, which rl.algorithm {recipe.rl.algorithm.name!r} does not "
-                "use with these settings (no KL term); drop placement.reference or set rl.algorithm.kl.coef > 0")
-    cuda = _cuda(recipe.model.reference_device or recipe.model.device)
-    if cuda and ref.num_gpus < 1:
-        return ("a Ray reference on a CUDA device needs a GPU; set placement.reference.num_gpus=1 or "
-                "model.reference_device=cpu")
-    if not cuda and ref.num_gpus > 0:
-        return "placement.reference.num_gpus reserves a GPU the CPU reference does not use; set it to 0"
+    if role not in algo.roles():
+        what = {"reference": "the KL reference", "teachers": "the teachers", "critic": "the critic", "prm": "the PRM"}[role]
+        fix = "set rl.algorithm.kl.coef > 0" if role == "reference" else \
+            f"choose rl.algorithm {dict(teachers='mopd', critic='ppo', prm='prime')[role]}"
+        return (f"placement.{role} places {what}, which rl.algorithm {algo.name!r} does not use with these settings; "
+                f"drop placement.{role} or {fix}")
+    return None
+
+
+def role_problem(recipe, role: str) -> str | None:
+    """`placement.<role>` settings with no effect or no way to run, as one sentence."""
+    spec = getattr(recipe.placement, role)
+    if spec.where == "trainer":
+        moved = [k for k in ("num_cpus", "num_gpus", "resources") if k in spec.model_fields_set
+                 and getattr(spec, k) != RolePlacement.model_fields[k].get_default(call_default_factory=True)]
+        if moved:
+            return (f"placement.{role}.{moved[0]} sizes a Ray actor, and the {role} runs in the trainer; set "
+                    f"placement.{role}.where=ray or drop it")
+        return None
+    if recipe.run.backend != "ray":
+        return f"placement.{role}.where: ray needs run.backend: ray; set run.backend=ray or drop it"
+    problem = _role_unused(recipe, role)
+    if problem:
+        return problem
+    cuda = [_cuda(d) for d in _role_devices(recipe, role)]
+    if any(cuda) and spec.num_gpus < 1:
+        return (f"a Ray {role} on a CUDA device needs a GPU; set placement.{role}.num_gpus=1 or put the role on the CPU "
+                f"({'model.reference_device' if role == 'reference' else f'roles.{role}.device'}=cpu)")
+    if not any(cuda) and spec.num_gpus > 0:
+        return f"placement.{role}.num_gpus reserves a GPU the CPU {role} does not use; set it to 0"
     return None

@@ -1,7 +1,7 @@
 """Where each role of the running recipe ran, for the run's manifest (`placement` key, written at the end of
 each RL stage by `run/pipeline.py` `record_placement`).
 
-A worker group records its role when it starts (`record_role`): the learner's ranks with their node id,
+A worker group records its role when it starts (`record_role`, `add_workers`): the learner's ranks with their node id,
 address, process and device (Ray) or host and process (local); rollout actors are asked where they are
 (`rollout_where`, a Ray call) when the manifest is written. Roles nobody recorded ran in the trainer.
 """
@@ -18,8 +18,16 @@ def record_role(role: str, info: dict) -> None:
     _ROLES[role] = info
 
 
-def reset() -> None:
-    _ROLES.clear()
+def add_workers(role: str, device: str, workers: list[dict]) -> None:
+    """A role's Ray actor(s) (`placement.<role>`): several teachers add up under `teachers`, each worker named."""
+    had = _ROLES.get(role) or {}
+    _ROLES[role] = {"where": "ray", "device": device, "workers": [*had.get("workers", []), *workers]}
+
+
+def reset(keep: tuple[str, ...] = ()) -> None:
+    """Forget what was recorded, but the roles in `keep` (the grader is built once per run, before the stages)."""
+    for role in [r for r in _ROLES if r not in keep]:
+        del _ROLES[role]
 
 
 def driver() -> dict:

@@ -33,6 +33,7 @@ from tracerl.train.model_setup import attach_lora_if_due, check_model_setup, pla
 from tracerl.train.demos import demo_texts
 from tracerl.run.eval_stage import HeldoutEval
 from tracerl.train.grading import GraderRole
+from tracerl.placement import record
 from tracerl.run.rl_loop import RLState
 from tracerl.run.rl_stage import run_rl_stages
 from tracerl.rollout import ray_backend
@@ -148,8 +149,10 @@ def _preflight(recipe: Recipe, stages: list[str]):
     check_model_setup(recipe)  # train/model_setup.py
     if engine_problem(recipe.engine):  # engine.name=vllm without vLLM or a GPU: one sentence, nothing written
         raise UserError(engine_problem(recipe.engine))
+    record.reset()  # where this run's roles run (placement/record.py): the grader's actor first
     grader = GraderRole.build(recipe.roles.grader, default_device=recipe.model.device,  # calibrated on the audit sets
-                              envs=[e.name for e in recipe.envs] or [recipe.env.name]) if "rl" in stages else None
+                              envs=[e.name for e in recipe.envs] or [recipe.env.name], placement=recipe.placement.grader,
+                              threads=recipe.run.threads) if "rl" in stages else None
     if grader is None and recipe.roles.reward_model is not None and "rl" in stages:  # a Bradley-Terry reward model
         from tracerl.train.reward_model_role import RewardModelRole
 

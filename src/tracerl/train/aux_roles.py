@@ -4,8 +4,10 @@ Each role answers the per-token tensors it `provides` (the names an `Algorithm.n
 role also gives a forward with gradient (`forward`) and takes an optimizer step on the loss the
 algorithm builds from it (`Algorithm.role_loss`). Its weights, AdamW state and schedule travel in
 `state_dict`, which the trainer stores in `RLState.roles_state[<role>]` (so in `trainer_state.pt`).
-These are replicated roles: one copy each in the trainer's (driver) process, trained there by
-`rl_update` whether the policy trains in that process or sharded over `learner.ranks` processes.
+These are replicated roles: one copy each, in the trainer's (driver) process or on a Ray actor of its own
+(`placement.<role>.where: ray`: `placement/remote_roles.py` for teachers, `placement/remote_trained.py` for
+the critic and PRM, which answer the same calls), trained by `rl_update` whether the policy trains in
+that process or sharded over `learner.ranks` processes.
 
 Built only for the roles an algorithm declares (`Algorithm.roles`), from `recipe.roles`:
 - `critic`: a value head (a linear map to one number) over the hidden states of a decoder — a copy
@@ -100,6 +102,12 @@ class CriticRole:
         self.trained.module.train()
         return out
 
+    def train_steps(self, algo, name: str, batch: Batch, rewards_B, scores, eligible, slices, *, minibatches: int, ctx):
+        """This role's optimizer steps of `rl_update` on the minibatch `slices` (train/update.py `role_steps`), here."""
+        from tracerl.train.update import role_steps
+
+        return role_steps(algo, self, name, batch, rewards_B, scores, eligible, slices, minibatches=minibatches, ctx=ctx)
+
 
 class PRMRole:
     """PRIME's implicit PRM π_φ: a trained copy of the policy scored like the reference (full tempered
@@ -123,6 +131,12 @@ class PRMRole:
         self.trained.module.train()
         return out
 
+    def train_steps(self, algo, name: str, batch: Batch, rewards_B, scores, eligible, slices, *, minibatches: int, ctx):
+        """This role's optimizer steps of `rl_update` on the minibatch `slices` (train/update.py `role_steps`), here."""
+        from tracerl.train.update import role_steps
+
+        return role_steps(algo, self, name, batch, rewards_B, scores, eligible, slices, minibatches=minibatches, ctx=ctx)
+
 
 class TeacherRole:
     """A frozen teacher: full tempered log-probs of the student's tokens under `teacher/<name>`; with
@@ -131,10 +145,17 @@ class TeacherRole:
 
     warmup_steps = 0
 
-    def __init__(self, name: str, lm, *, temperature: float, share_prefix: bool = True, support: int = 0):
+    def __init__(self, name: str, lm, *, temperature: float, share_prefix: bool = True, support: int = 0,
+                 placed: dict | None = None):
         self.need, self.support = f"teacher/{name}", support
         self.provides = frozenset({"teachers"})  # the algorithm asks for all teachers; each answers its own
-        self.frozen = FrozenRole(freeze(lm), temperature=temperature, share_prefix=share_prefix)
+        kw = dict(temperature=temperature, share_prefix=share_prefix)
+        if placed is None:
+            self.frozen = FrozenRole(freeze(lm), **kw)
+        else:  # on a Ray actor of its own (`placement.teachers`): spec, device, threads
+            from tracerl.placement.remote_roles import RemoteFrozenRole
+
+            self.frozen = RemoteFrozenRole(self.need, freeze(lm), **kw, **placed, record_as="teachers")
 
     def scores(self, batch: Batch, needs: set[str]) -> dict[str, torch.Tensor]:
         out = self.frozen.score(batch, support=self.support or None)
@@ -162,25 +183,50 @@ def _load_lm(path: str, what: str, tokenizer):
     return lm
 
 
+def _placed(recipe, role: str, device: str | None, what: str) -> dict | None:
+    """Where `placement.<role>` puts a role's actor (spec, device, threads), or None for the trainer's process."""
+    spec = getattr(recipe.placement, role)
+    if spec.where != "ray":
+        return None
+    from tracerl.models.device import resolve_device
+
+    dev = resolve_device(device, default=recipe.model.device, what=what if device is not None else "model.device")
+    return {"spec": spec, "device": str(dev), "threads": recipe.run.threads}
+
+
+def _trained(recipe, role: str, lm, device: str | None, what: str, make):
+    """`make(lm)` here on its device, or on its Ray actor (`placement.critic` / `.prm`, placement/remote_trained.py)."""
+    placed = _placed(recipe, role, device, what)
+    if placed is None:
+        return make(place_role(lm, recipe, device, what=what))
+    from tracerl.placement.remote_trained import RemoteTrainedRole
+
+    return RemoteTrainedRole(role, place_role(lm, recipe, "cpu", what=what), make, **placed)
+
+
 def build_aux_roles(recipe, policy, state: dict | None, tokenizer=None) -> dict:
     """The auxiliary roles the recipe's algorithm declares, restored from `state` (roles_state) if given."""
+    import functools
+
     algo, cfg, temp, share = recipe.rl.algorithm, recipe.roles, recipe.sampling.temperature, recipe.learner.share_prefix
     declared, roles = algo.roles(), {}
     if "critic" in declared:
         c = cfg.critic_or_default
         lm = copy.deepcopy(policy) if c.path is None else _load_lm(c.path, "roles.critic.path", tokenizer)
-        lm = place_role(lm, recipe, c.device, what="roles.critic.device")
-        roles["critic"] = CriticRole(lm, lr=c.lr, max_grad_norm=recipe.rl.max_grad_norm, pretrain_steps=c.pretrain_steps)
+        roles["critic"] = _trained(recipe, "critic", lm, c.device, "roles.critic.device", functools.partial(
+            CriticRole, lr=c.lr, max_grad_norm=recipe.rl.max_grad_norm, pretrain_steps=c.pretrain_steps))
     if "prm" in declared:
         p = cfg.prm_or_default
-        lm = place_role(copy.deepcopy(policy), recipe, p.device, what="roles.prm.device")
-        roles["prm"] = PRMRole(lm, lr=p.lr, max_grad_norm=recipe.rl.max_grad_norm, temperature=temp, share_prefix=share)
+        roles["prm"] = _trained(recipe, "prm", copy.deepcopy(policy), p.device, "roles.prm.device", functools.partial(
+            PRMRole, lr=p.lr, max_grad_norm=recipe.rl.max_grad_norm, temperature=temp, share_prefix=share))
     if "teachers" in declared:
         for t in cfg.teachers:
-            lm = place_role(_load_lm(t.path, f"teacher {t.name!r} path", tokenizer), recipe, t.device,
-                            what=f"roles.teachers ({t.name}) device")
+            what = f"roles.teachers ({t.name}) device"
+            placed = _placed(recipe, "teachers", t.device, what)
+            lm = place_role(_load_lm(t.path, f"teacher {t.name!r} path", tokenizer), recipe,
+                            "cpu" if placed else t.device, what=what)  # a placed teacher goes to its device there
             roles[f"teacher/{t.name}"] = TeacherRole(t.name, lm, temperature=temp, share_prefix=share,
-                                                     support=algo.teacher_support)
+                                                     support=algo.teacher_support, placed=placed)
     for name, role in roles.items():
         if state and name in state and hasattr(role, "trained"):
             role.trained.load_state_dict(state[name])

@@ -79,9 +79,10 @@ class GraderRole:
         self._cut = 0
 
     @classmethod
-    def build(cls, cfg: GraderConfig | None, *, default_device: str = "cpu",
-              envs: list[str] | tuple[str, ...] = ()) -> GraderRole | None:
-        """The grader of `cfg` on `cfg.device` (null: `default_device`, the recipe's model.device),
+    def build(cls, cfg: GraderConfig | None, *, default_device: str = "cpu", envs: list[str] | tuple[str, ...] = (),
+              placement=None, threads: int = 1) -> GraderRole | None:
+        """The grader of `cfg` on `cfg.device` (null: `default_device`, the recipe's model.device), in this process
+        or on a Ray actor of its own (`placement.where: ray`, placement/remote_roles.py `RemoteGrader`),
         calibrated on the audit sets of `envs` (see `calibrate`); a judge that fails it is refused."""
         if cfg is None:
             return None
@@ -97,15 +98,23 @@ class GraderRole:
             return cls(cfg, grader)
         device = resolve_device(cfg.device, default=default_device,
                                 what="roles.grader.device" if cfg.device else "model.device")
+        options = dict(gguf_file=cfg.gguf_file, prompt=cfg.prompt or DEFAULT_PROMPT, threshold=cfg.threshold or 0.5,
+                       max_response_tokens=cfg.max_response_tokens)
+        remote = placement is not None and placement.where == "ray"
         try:
-            grader = LearnedGrader.from_path(cfg.path, gguf_file=cfg.gguf_file, prompt=cfg.prompt or DEFAULT_PROMPT,
-                                             threshold=cfg.threshold or 0.5, max_response_tokens=cfg.max_response_tokens)
+            if remote:
+                from tracerl.placement.remote_roles import RemoteGrader
+
+                grader = RemoteGrader(cfg.path, spec=placement, device=str(device), threads=threads, **options)
+            else:
+                grader = LearnedGrader.from_path(cfg.path, **options)
         except UserError as err:
             raise UserError(f"roles.grader.path: {err}".replace("set model.path", "set roles.grader.path")
                             .replace("set model.gguf_file", "set roles.grader.gguf_file")) from None
         except ValueError as err:
             raise UserError(f"roles.grader: {err}") from None
-        grader.model.to(device)
+        if not remote:
+            grader.model.to(device)
         if envs:
             calibrate(grader, cfg, envs)
         return cls(cfg, grader)

@@ -35,7 +35,7 @@ class Learner:
 def build_learner(recipe, algo, model, tokenizer, *, spec, state, reference, stage_index: int) -> Learner:
     cfg = recipe.rl
     policy = _policy_role(recipe)
-    record.reset()  # a sharded policy records where its ranks run (placement/record.py)
+    record.reset(keep=("grader",))  # a sharded policy records where its ranks run (placement/record.py)
     schedule = {"kind": cfg.lr_schedule, "steps": cfg.steps, "min_ratio": cfg.min_lr_ratio}
     roles = Roles(policy(model, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm, sampling=recipe.sampling.model_dump(),
                          state=(state.roles_state or {}).get("policy"), share_prefix=recipe.learner.share_prefix,
@@ -58,7 +58,7 @@ def build_learner(recipe, algo, model, tokenizer, *, spec, state, reference, sta
 def _policy_role(recipe):
     """The policy role's class, by `placement.learner` (config/placement.py): in this process, or sharded over a
     learner group of local processes or Ray actors (train/fsdp_group.py); the update is `rl_update` either way,
-    and the auxiliary roles stay in this process."""
+    and the auxiliary roles are placed by `placement.<role>` (`train/aux_roles.py`)."""
     from tracerl.config.placement import learner_where
 
     where = learner_where(recipe)

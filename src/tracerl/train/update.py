@@ -7,8 +7,8 @@ left out of the forward passes; each minibatch loss is rescaled so the objective
 batch's denominator (all eligible tokens for `token`, all responses for `sequence` / `fixed`).
 
 This is the one RL step of every mode (sync, async; one learner process or `learner.ranks > 1`):
-the auxiliary roles train here, in the driver process, and the policy's minibatch loop is
-`policy_steps` (`train/minibatch.py`), run by `roles.policy.train_steps` — in this process for `PolicyRole`, on every rank
+the auxiliary roles train by `train_role` (in the driver, or on their actor: `placement.critic` /
+`.prm`), and the policy's minibatch loop is `policy_steps` (`train/minibatch.py`), run by `roles.policy.train_steps` — in this process for `PolicyRole`, on every rank
 of the learner group for the sharded policy (`train/fsdp_group.py`).
 """
 
@@ -56,15 +56,26 @@ def train_role(algo: Algorithm, roles: Roles, name: str, batch: Batch, rewards_B
                ctx: StepContext, whole_groups: bool = False) -> dict[str, float]:
     """Up to `minibatches` optimizer steps of auxiliary role `name` on the eligible rows it trains on, with the
     algorithm's `role_loss`; returns the mean of its scalar stats over the steps and, when the algorithm
-    `summarises` the role, its `role_summary` of the per-row stats, all under `<name>/`."""
+    `summarises` the role, its `role_summary` of the per-row stats, all under `<name>/`.
+
+    The rows and their minibatches are drawn here, from the trainer's random stream; the steps are the role's
+    `train_steps` (`role_steps`), in this process or on the role's actor (`placement.<name>`)."""
     role = roles.aux[name]
-    summary = _summary_before(algo, role, name, batch, rewards_B, scores, eligible, minibatches, ctx)
     only = algo.role_rows(name, batch, rewards_B)  # e.g. PRIME's PRM: groups with both labels
     keep = (eligible if only is None else eligible & only).nonzero().flatten()
-    if keep.numel() == 0:
+    slices = minibatch_rows(batch, keep, minibatches, whole_groups=whole_groups) if keep.numel() else []
+    return role.train_steps(algo, name, batch, rewards_B, scores, eligible, slices, minibatches=minibatches, ctx=ctx)
+
+
+def role_steps(algo: Algorithm, role, name: str, batch: Batch, rewards_B: torch.Tensor,
+               scores: dict[str, torch.Tensor], eligible: torch.Tensor, slices: list[torch.Tensor], *,
+               minibatches: int, ctx: StepContext) -> dict[str, float]:
+    """A trained auxiliary role's summary (as it enters the step) and one optimizer step per slice, where it lives."""
+    summary = _summary_before(algo, role, name, batch, rewards_B, scores, eligible, minibatches, ctx)
+    if not slices:
         return summary
     acc, steps = {}, 0
-    for idx, mb, T in _minibatches(batch, minibatch_rows(batch, keep, minibatches, whole_groups=whole_groups)):
+    for idx, mb, T in _minibatches(batch, slices):
         loss, s = algo.role_loss(name, mb, role.forward(mb), {n: v[idx, :T] for n, v in scores.items()},
                                  rewards_B[idx], ctx)
         s = {n: float(v) for n, v in s.items() if not n.startswith("row/")} | {"grad_norm": role.trained.step(loss)}
