@@ -42,3 +42,18 @@ def ray_local():
              object_store_memory=256 << 20)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def role_actors():
+    """Closes the role actors a test placed (`placement.<role>.where: ray`) after it, as a run does at its end, so
+    their CPUs are free for the next test on the shared runtime."""
+    yield
+    from tracerl.placement import remote_roles
+    from tracerl.rollout import ray_backend
+
+    while remote_roles._OPEN:
+        group = remote_roles._OPEN.popitem()[1]
+        group.close()
+        if group in ray_backend._OPEN:
+            ray_backend._OPEN.remove(group)

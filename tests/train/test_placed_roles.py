@@ -25,17 +25,8 @@ RAY = ["run.backend=ray", "ray.num_cpus=2", "run.threads=1", "rl.truncation=keep
 
 
 @pytest.fixture(autouse=True)
-def _close_actors():
-    """Each test's role actors closed after it (a run closes them at its end), their CPUs back for the next."""
-    yield
-    from tracerl.placement import remote_roles
-    from tracerl.rollout import ray_backend
-
-    while remote_roles._OPEN:
-        group = remote_roles._OPEN.popitem()[1]
-        group.close()
-        if group in ray_backend._OPEN:
-            ray_backend._OPEN.remove(group)
+def _close_actors(role_actors):
+    """Each test's role actors closed after it (conftest `role_actors`)."""
 
 
 @pytest.fixture(scope="module")

@@ -76,12 +76,24 @@ def _tensors(x):
     return []
 
 
+PLACED = ["run.backend=ray", "ray.num_cpus=2", "run.threads=1"]  # the role on its Ray actor (`placement.<role>`)
+
+
 @pytest.mark.parametrize("algo,role", [(["rl.algorithm.name=ppo", "roles.critic.pretrain_steps=1",
                                          "roles.critic.lr=0.01"], "critic"),
-                                       (["rl.algorithm.name=prime", "roles.prm.lr=0.01"], "prm")])
-def test_resume_is_bit_exact_with_a_trained_role(tiny, tmp_path, parity_env, algo, role):
+                                       (["rl.algorithm.name=prime", "roles.prm.lr=0.01"], "prm"),
+                                       pytest.param(["rl.algorithm.name=ppo", "roles.critic.pretrain_steps=1",
+                                                     "roles.critic.lr=0.01", *PLACED, "placement.critic.where=ray"],
+                                                    "critic", marks=pytest.mark.slow),  # 13-17 s each here
+                                       pytest.param(["rl.algorithm.name=prime", "roles.prm.lr=0.01", *PLACED,
+                                                     "placement.prm.where=ray"], "prm", marks=pytest.mark.slow)],
+                         ids=["critic", "prm", "critic-on-ray", "prm-on-ray"])
+def test_resume_is_bit_exact_with_a_trained_role(tiny, tmp_path, parity_env, algo, role, request):
     from tracerl.train.checkpoint import freeze
 
+    if "run.backend=ray" in algo:  # its state saved from and loaded into the actor (placement/remote_trained.py)
+        request.getfixturevalue("ray_local")
+        request.getfixturevalue("role_actors")
     model0, tok = tiny
     recipe = load_recipe("smoke", ["rl.steps=4", "rl.checkpoint_every=2", "rl.prompts_per_step=2", "rl.group_size=4",
                                    "rl.minibatches=2", "env.max_new_tokens=6", "rl.lr=0.01", *algo])
