@@ -82,3 +82,21 @@ def test_two_nodes_learner_on_a_rollouts_on_b_match_one_process(cluster, tmp_pat
     assert max(float((sd[k] - w2[k]).abs().max()) for k in w2) == 0.0
     ids = torch.tensor([[3, 4, 5]])
     assert torch.isfinite(hf(input_ids=ids).logits).all()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_critic_trains_on_node_b_as_in_one_process(cluster, tmp_path):
+    """`placement.critic` with `{node_b: 1}`: ppo's critic (its weights, AdamW state, forward, loss and steps) on an
+    actor on node B; the 2 RL steps end where the 1-process run ends, and the manifest names node B."""
+    from tracerl.api import train
+
+    ppo = [*SMALL, "rl.algorithm.name=ppo"]
+    local = train("smoke", *ppo, f"run.dir={tmp_path / 'local'}").run_dir
+    two = train("smoke", *ppo, f"run.dir={tmp_path / 'ray'}", "run.backend=ray", f"ray.address={cluster.address}",
+                "placement.critic.where=ray", "placement.critic.resources={node_b: 1}").run_dir
+    w1, w2 = (load_file(r / "checkpoints" / "step_2" / "model.safetensors") for r in (local, two))
+    assert max(float((w1[k] - w2[k]).abs().max()) for k in w1) < 1e-6
+    critic = json.loads((two / "manifest.json").read_text())["placement"]["critic"]
+    assert critic["where"] == "ray" and [w["node_id"] for w in critic["workers"]] == [_node("node_b")]
+    assert critic["workers"][0]["bundle"] == {"CPU": 1.0, "node_b": 1.0}
