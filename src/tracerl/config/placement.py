@@ -53,7 +53,8 @@ class RolePlacement(Cfg):
     num_cpus: float = Field(1.0, gt=0, le=1024)
     """CPUs the role's actor reserves (`where: ray`)."""
     num_gpus: float = Field(0.0, ge=0, le=8)
-    """GPUs the role's actor reserves (`where: ray`); with a CUDA reference device at least 1."""
+    """GPUs the role's actor reserves (`where: ray`); with the role on a CUDA device at least 1 (it runs on the
+    actor's first GPU)."""
     resources: dict[str, float] = Field(default_factory=dict, max_length=16)
     """Custom Ray resources the role's actor reserves (`where: ray`), e.g. `{node_b: 1}`."""
 
