@@ -131,3 +131,15 @@ def test_a_placed_grader_that_cannot_load_is_one_sentence(ray_local, tmp_path):
 
     with pytest.raises(UserError, match="roles.grader.path"):
         GraderRole.build(GraderConfig(path=str(tmp_path / "none")), placement=RolePlacement(where="ray"))
+
+
+def test_a_lost_role_actor_stops_the_run_in_one_sentence(ray_local, tiny, batch):
+    from tracerl.errors import UserError
+
+    model0, tok = tiny
+    recipe = load_recipe("smoke", [*RAY, "rl.algorithm.name=ppo", "rl.algorithm.kl.coef=0", "placement.critic.where=ray"])
+    critic = build_aux_roles(recipe, copy.deepcopy(model0), None, tok)["critic"]
+    critic.group.kill(0)  # its node lost, say
+    with pytest.raises(UserError, match=r"critic rank 0 on node \w+ .* died during `scores`, so the run stopped; "
+                                        "continue it from its last checkpoint with tracerl train --resume"):
+        critic.scores(batch, {"values"})
