@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -39,9 +40,9 @@ from tracerl.rollout.sources import StepRollouts, SyncSource
 
 @dataclasses.dataclass
 class RLState:
-    """Everything a resumed RL stage needs to draw the same next batch and take the same step. Not a field,
-    never saved: `write_shards`, set by `train_rl` for a sharded learner, has its ranks write their shards
-    into a checkpoint being written (`learner.checkpoint_format: sharded`, train/shards.py)."""
+    """Everything a resumed RL stage needs to draw the same next batch and take the same step. `write_shards`
+    (set by `train_rl` for a sharded learner: its ranks write their shards into a checkpoint being written,
+    `learner.checkpoint_format: sharded`, train/shards.py) is a live handle, never saved."""
 
     step: int = 0
     policy_version: int = 0
@@ -53,11 +54,12 @@ class RLState:
     roles_state: dict | None = None  # optimizer and schedule of each trained role
     algorithm_state: dict | None = None  # entropy controller, the algorithm's random stream
     async_state: AsyncState | None = None  # rl.mode async: buffered results and in-flight jobs (rollout/async_source.py)
+    write_shards: Any = dataclasses.field(default=None, repr=False, compare=False)  # not saved (as_dict)
 
     def as_dict(self) -> dict:
         """Plain data for a checkpoint (train/state_file.py): tensors, dicts, lists and numbers; the async
         state through its own `to_dict` (never `dataclasses.asdict`, which turns its jobs into bare dicts)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "write_shards"}
         out["async_state"] = self.async_state.to_dict() if self.async_state is not None else None
         return out
 
