@@ -68,6 +68,13 @@ class EnvSpec:
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
+_RESOLVERS: dict[str, Callable[[str], EnvSpec | None]] = {}  # "verifiers" -> installs `verifiers:<module>`
+
+
+def register_resolver(scheme: str, resolve: Callable[[str], EnvSpec | None]) -> None:
+    """Names `<scheme>:<target>` are environments of another framework, built on first use by `resolve`
+    (which registers them); envs/adapters registers `verifiers` and `openenv` when the built-ins load."""
+    _RESOLVERS[scheme] = resolve
 
 
 def register_env(spec: EnvSpec) -> EnvSpec:
@@ -77,10 +84,9 @@ def register_env(spec: EnvSpec) -> EnvSpec:
 
 def get_env(name: str) -> EnvSpec:
     _load_builtins()
-    if name not in _REGISTRY and name.split(":", 1)[0] in ("verifiers", "openenv"):  # another framework's env
-        from tracerl.envs.adapters import resolve
-
-        resolve(name)
+    scheme = name.split(":", 1)[0] if ":" in name else None
+    if name not in _REGISTRY and scheme in _RESOLVERS:  # another framework's env
+        _RESOLVERS[scheme](name)
     if name not in _REGISTRY:
         import difflib
 

@@ -8,6 +8,8 @@ imports the optional packages until such a name is asked for.
 
 from __future__ import annotations
 
+from tracerl.envs.base import register_resolver
+
 PREFIXES = ("verifiers:", "openenv:")
 
 
@@ -23,5 +25,8 @@ def resolve(name: str):
         return install_openenv(name)
     return None
 
+
+for _scheme in PREFIXES:
+    register_resolver(_scheme.rstrip(":"), resolve)
 
 __all__ = ["resolve", "PREFIXES"]
