@@ -5,7 +5,7 @@ schedule) and runs what the trainer would: `scores` (values, PRM log-probs) and 
 algorithm's `role_loss` and the optimizer step of each minibatch (train/update.py `role_steps`). The trainer draws
 the minibatches from its own random stream and sends them with the batch, so a placed role takes the same steps
 as one in the trainer. Checkpoints go through it: `trained.state_dict()` comes back on the CPU and is saved in
-`trainer_state.pt` as the in-process role's is; `trained.load_state_dict` sends a resumed run's back.
+the trainer state (`trainer_state.json` + `.safetensors`) as the in-process role's is; `trained.load_state_dict` sends a resumed run's back.
 """
 
 from __future__ import annotations
