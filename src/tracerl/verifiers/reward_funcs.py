@@ -173,6 +173,41 @@ def check_columns(funcs: Sequence[RewardFunc], columns: Sequence[str], extra: Se
                             "with the source's field_map")
 
 
+class CallTimeout(Exception):
+    """`run_in_thread`'s call ran past its time (distinct from a TimeoutError the function itself raises)."""
+
+
+class CallFailed(Exception):
+    """`run_in_thread`'s call raised `.error` (anything, even SystemExit: it stays in the call's thread)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(error)
+        self.error = error
+
+
+def run_in_thread(fn: Callable, kwargs: dict[str, Any], timeout_s: float, thread_name: str):
+    """`fn(**kwargs)` (awaited when it returns an awaitable) in a daemon thread, waited for `timeout_s`: its
+    value, CallFailed with what it raised, or CallTimeout. A synchronous call past its time cannot be stopped from Python;
+    its thread finishes in the background."""
+    box: dict[str, Any] = {}
+
+    def target():
+        try:
+            value = fn(**kwargs)
+            box["value"] = asyncio.run(value) if inspect.isawaitable(value) else value
+        except BaseException as err:  # reported to the caller, not lost in the thread
+            box["error"] = err
+
+    th = threading.Thread(target=target, name=thread_name, daemon=True)
+    th.start()
+    th.join(timeout_s)
+    if th.is_alive():
+        raise CallTimeout(thread_name)
+    if "error" in box:
+        raise CallFailed(box["error"])
+    return box.get("value")
+
+
 def call_func(f: RewardFunc, kwargs: dict[str, Any], n_rows: int, timeout_s: float) -> list[float | None]:
     """One call of `f` on `n_rows` rows within `timeout_s`; RewardCallError when it does not give a
     finite number or None per row in time."""
@@ -188,23 +223,13 @@ def call_func(f: RewardFunc, kwargs: dict[str, Any], n_rows: int, timeout_s: flo
         except Exception as err:
             raise RewardCallError(f"reward function {f.name!r} raised {type(err).__name__}: {err}") from None
     else:
-        box: dict[str, Any] = {}
-
-        def target():
-            try:
-                box["value"] = f.fn(**args)
-            except BaseException as err:  # reported to the caller, not lost in the thread
-                box["error"] = err
-
-        th = threading.Thread(target=target, name=f"tracerl-reward-{f.name}", daemon=True)
-        th.start()
-        th.join(timeout_s)
-        if th.is_alive():
-            raise RewardCallError(f"reward function {f.name!r} timed out after {timeout_s:g} s")
-        if "error" in box:
-            err = box["error"]
-            raise RewardCallError(f"reward function {f.name!r} raised {type(err).__name__}: {err}")
-        values = box.get("value")
+        try:
+            values = run_in_thread(f.fn, args, timeout_s, f"tracerl-reward-{f.name}")
+        except CallTimeout:
+            raise RewardCallError(f"reward function {f.name!r} timed out after {timeout_s:g} s") from None
+        except CallFailed as failed:
+            err = failed.error
+            raise RewardCallError(f"reward function {f.name!r} raised {type(err).__name__}: {err}") from None
     return _check_values(f.name, values, n_rows)
 
 

@@ -23,13 +23,11 @@ math_tool's limits and what it prints is the result (a sandbox crash ends the ep
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import hashlib
 import inspect
 import json
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -38,7 +36,7 @@ from tracerl.contract.task import Task
 from tracerl.envs.base import Message, Step
 from tracerl.envs.native_tools import NativeTools, ToolSet, get_parser, tool_schema
 from tracerl.errors import UserError
-from tracerl.verifiers.reward_funcs import RewardCallError, _load_module, _source_revision
+from tracerl.verifiers.reward_funcs import CallFailed, CallTimeout, RewardCallError, _load_module, _source_revision, run_in_thread
 
 EXTRA_ARGS = ("tool_calls", "messages")  # what a reward function may name besides the columns, with tools
 
@@ -100,24 +98,13 @@ def resolve_tools(tools: Sequence[str], code_tools: Sequence[str] = (), search: 
 
 
 def _call_in_thread(name: str, fn: Callable, kwargs: dict, timeout_s: float):
-    """`fn(**kwargs)` within `timeout_s`; RewardCallError when it raises or runs past it."""
-    box: dict = {}
-
-    def target():
-        try:
-            value = fn(**kwargs)
-            box["value"] = asyncio.run(value) if inspect.isawaitable(value) else value  # an `async def` tool
-        except BaseException as err:  # reported to the caller, not lost in the thread
-            box["error"] = err
-
-    th = threading.Thread(target=target, name=f"tracerl-tool-{name}", daemon=True)
-    th.start()
-    th.join(timeout_s)
-    if th.is_alive():
-        raise RewardCallError(f"timeout: tool {name} ran past {timeout_s:g} s")
-    if "error" in box:
-        raise RewardCallError(f"error: {type(box['error']).__name__}: {box['error']}")
-    return box.get("value")
+    """`fn(**kwargs)` within `timeout_s` (an `async def` tool awaited); RewardCallError when it raises or runs past it."""
+    try:
+        return run_in_thread(fn, kwargs, timeout_s, f"tracerl-tool-{name}")
+    except CallTimeout:
+        raise RewardCallError(f"timeout: tool {name} ran past {timeout_s:g} s") from None
+    except CallFailed as failed:
+        raise RewardCallError(f"error: {type(failed.error).__name__}: {failed.error}") from None
 
 
 def _run_program(name: str, program: str, sandbox=None, limits=None) -> Step:
