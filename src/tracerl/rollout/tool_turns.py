@@ -18,23 +18,11 @@ refused in one sentence before anything trains.
 from __future__ import annotations
 
 from tracerl.contract.roles import TokenRole
-from tracerl.envs.native_tools import NativeTools, ToolCall
+from tracerl.envs.native_tools import NativeTools, ToolCall, sample_call
 from tracerl.rollout.render import encode_observation, render_prompt
 
 _PROBE_OBS = "\x00o\x00"
 _SYSTEM, _USER, _RESULT = "You are a helpful assistant.", "What is 6 times 7?", "the result is 17"
-
-
-def _sample_arguments(schema: dict) -> dict:
-    params = schema["function"].get("parameters", {})
-    samples = {"string": "6*7", "integer": 42, "number": 4.2, "boolean": True, "array": [6, 7], "object": {}}
-    props = params.get("properties", {})
-    return {k: samples.get(v.get("type") if isinstance(v, dict) else None, "6*7") for k, v in props.items()}
-
-
-def sample_call(native: NativeTools) -> ToolCall:
-    schema = native.schemas[0]
-    return ToolCall(schema["function"]["name"], _sample_arguments(schema))
 
 
 def _assistant(call: ToolCall) -> dict:

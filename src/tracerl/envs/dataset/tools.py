@@ -34,7 +34,7 @@ from pathlib import Path
 from tracerl.contract.roles import TerminalReason
 from tracerl.contract.task import Task
 from tracerl.envs.base import Message, Step
-from tracerl.envs.native_tools import NativeTools, ToolSet, get_parser, tool_schema
+from tracerl.envs.native_tools import NativeTools, ToolSet, get_parser, sample_call, tool_schema
 from tracerl.errors import UserError
 from tracerl.verifiers.reward_funcs import CallFailed, CallTimeout, RewardCallError, _load_module, _source_revision, run_in_thread
 
@@ -210,8 +210,6 @@ class DatasetToolEnv:
 
 def check_stop_strings(stop_strings: Sequence[str], native: NativeTools) -> None:
     """A reward.stop_strings entry that occurs inside a tool call would cut every call short: refused."""
-    from tracerl.rollout.tool_turns import sample_call
-
     call = native.parser.format_calls([sample_call(native)])
     for s in stop_strings:
         if s and s in call.removesuffix(s):

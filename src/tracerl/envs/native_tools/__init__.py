@@ -14,7 +14,7 @@ import dataclasses
 from tracerl.envs.native_tools.parsers import PARSERS, ParsedTurn, ToolCall, get_parser
 from tracerl.envs.native_tools.schema import ToolSet, tool_schema
 
-__all__ = ["NATIVE_ENVS", "NativeTools", "PARSERS", "ParsedTurn", "ToolCall", "ToolSet", "get_parser",
+__all__ = ["NATIVE_ENVS", "NativeTools", "PARSERS", "ParsedTurn", "ToolCall", "ToolSet", "get_parser", "sample_call",
            "native_spec", "register_native", "tool_schema"]
 
 
@@ -64,3 +64,17 @@ def native_spec(spec, tool_format: str, tool_parser: str):
         raise UserError(f"env {spec.name!r} has no native tool mode (env.tool_format: native); environments with one: "
                         f"{', '.join(sorted(NATIVE_ENVS)) or 'none'}; use env.tool_format: grammar")
     return make(spec, tool_parser)
+
+
+def _sample_arguments(schema: dict) -> dict:
+    params = schema["function"].get("parameters", {})
+    samples = {"string": "6*7", "integer": 42, "number": 4.2, "boolean": True, "array": [6, 7], "object": {}}
+    props = params.get("properties", {})
+    return {k: samples.get(v.get("type") if isinstance(v, dict) else None, "6*7") for k, v in props.items()}
+
+
+def sample_call(native: NativeTools) -> ToolCall:
+    """A call of the first tool with typical arguments for its schema: the probe of the template
+    conformance check (rollout/tool_turns.py) and of the reward stop-string check (envs/dataset/tools.py)."""
+    schema = native.schemas[0]
+    return ToolCall(schema["function"]["name"], _sample_arguments(schema))
