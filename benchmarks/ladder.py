@@ -52,13 +52,19 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     results = json.loads(out.read_text()) if out.exists() and not args.fresh else {}
-    if results.get("gates_sha256") not in (None, digest) and not args.table:
-        print(f"error: {out} was recorded under another gate file (sha256 {results['gates_sha256'][:12]}); "
-              "rerun with --fresh or restore that gate file", file=sys.stderr)
+    section = G.section_digest(gates, f"level{args.level}")
+    # a result is bound to its level's thresholds (older results: to the whole file they were recorded under)
+    legacy = None if results.get("level_gates_sha256") else results.get("gates_sha256")
+    same = results.get("level_gates_sha256", section) == section and legacy in (None, digest)
+    if not same and not args.table:
+        print(f"error: {out} was recorded under other level{args.level} thresholds than {args.gates} declares now; "
+              "rerun with --fresh or restore those thresholds", file=sys.stderr)
         return 2
     results.update({"level": args.level, "gates_file": str(Path(args.gates).resolve().relative_to(REPO))
                     if Path(args.gates).resolve().is_relative_to(REPO) else args.gates,
                     "gates_sha256": digest, "quick": args.quick})
+    if same:
+        results["level_gates_sha256"] = section
     if not args.table:
         results["command"] = "python benchmarks/ladder.py " + " ".join(argv if argv is not None else sys.argv[1:])
         results["load_before"] = os.getloadavg()

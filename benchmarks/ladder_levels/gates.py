@@ -35,6 +35,14 @@ def load(path: Path = GATES_FILE) -> tuple[dict, str]:
     return doc, hashlib.sha256(raw).hexdigest()
 
 
+def section_digest(gates: dict, level: str) -> str:
+    """sha256 of one level's thresholds (canonical JSON): what a recorded result of that level was judged under,
+    so declaring another level's gate later does not void it."""
+    import json
+
+    return hashlib.sha256(json.dumps(gates.get(level), sort_keys=True).encode()).hexdigest()
+
+
 def threshold(gates: dict, level: str, name: str):
     """One threshold; a missing one is an error naming the level and key (never a silent default)."""
     try:

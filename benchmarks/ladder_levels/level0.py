@@ -23,8 +23,15 @@ def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check
     results.update({"files": FILES, "summary": tail, "returncode": proc.returncode,
                     "passed": counts.get("passed", 0), "failed": counts.get("failed", 0),
                     "errors": counts.get("error", 0) + counts.get("errors", 0)})
-    text = f"pytest {' '.join(FILES)}: {tail}"
+    return table(results), checks(results, gates)
+
+
+def table(results: dict) -> str:
+    return f"pytest {' '.join(results['files'])}: {results['summary']}"
+
+
+def checks(results: dict, gates: dict) -> list[G.Check]:
     lv = "level0"
-    return text, [G.at_least("tests passed", results["passed"], G.threshold(gates, lv, "passed_min")),
+    return [G.at_least("tests passed", results["passed"], G.threshold(gates, lv, "passed_min")),
                   G.at_most("tests failed or errored", results["failed"] + results["errors"],
                             G.threshold(gates, lv, "failed_max"))]

@@ -99,3 +99,12 @@ def test_level2_gate_on_hand_made_numbers():
         if c["seed"] == 2:
             c["success"] = 0.19
     assert G.verdict(level2.checks(one_bad, gates)) == "FAIL"  # the worst seed decides
+
+
+def test_a_result_is_bound_to_its_own_levels_thresholds_not_to_the_whole_file():
+    a = {"level2": {"entropy": [0.05, 3.0]}, "level5": {"kl_max": 0.05}}
+    b = {**a, "level1": {"format_validity_min": 0.9}}            # another level declared later
+    c = {**a, "level5": {"kl_max": 0.06}}                        # this level's threshold moved
+    assert G.section_digest(a, "level5") == G.section_digest(b, "level5")
+    assert G.section_digest(a, "level5") != G.section_digest(c, "level5")
+    assert G.section_digest(a, "level2") == G.section_digest(c, "level2")
