@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from tracerl.algorithms.spec import ALGORITHMS, StepContext
-from tracerl.train.minibatch import row_separable
 
 from test_fsdp_learner import _batch, max_diff, run_controller, tiny_model
 
@@ -74,12 +73,12 @@ def _algorithm_cases() -> dict:
 
 
 def test_which_losses_split_by_rows():
-    assert row_separable(ALGORITHMS["grpo"]()) and row_separable(ALGORITHMS["ppo"]())
-    assert row_separable(ALGORITHMS["grpo"](correction={"kind": "tis"}))
+    assert ALGORITHMS["grpo"]().row_separable() and ALGORITHMS["ppo"]().row_separable()
+    assert ALGORITHMS["grpo"](correction={"kind": "tis"}).row_separable()
     for kw in ({"nll": {"coef": 0.1}}, {"correction": {"kind": "mis"}}, {"kl_cov": {"k": 0.2}},
                {"clip_cov": {"ratio": 0.2}}):
-        assert not row_separable(ALGORITHMS["grpo"](**kw)), kw
-    assert not row_separable(ALGORITHMS["mopd"]())  # its own loss: a mean over the tokens its ratio band keeps
+        assert not ALGORITHMS["grpo"](**kw).row_separable(), kw
+    assert not ALGORITHMS["mopd"]().row_separable()  # its own loss: a mean over the tokens its ratio band keeps
 
 
 @pytest.mark.timeout(600)  # ~25 s of wall time on an idle 2-core machine

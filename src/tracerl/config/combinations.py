@@ -46,9 +46,7 @@ def _learner_problem(recipe) -> str | None:
     micro = lc.max_tokens_per_micro_batch is not None
     # 4. accumulating micro-batch gradients is exact only for a loss that is a sum over rows
     if micro:
-        from tracerl.train.minibatch import row_separable
-
-        if not row_separable(recipe.rl.algorithm):
+        if not recipe.rl.algorithm.row_separable():
             return (f"learner.max_tokens_per_micro_batch needs a loss that is a sum over rows, and rl.algorithm "
                     f"{recipe.rl.algorithm.name!r} with its settings normalises over the whole minibatch (MIS, NLL, "
                     "Clip-Cov, KL-Cov or MOPD); drop the budget or those settings")

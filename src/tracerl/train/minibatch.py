@@ -12,7 +12,6 @@ import torch.distributed as dist
 from tracerl.algorithms.batch import Batch
 from tracerl.algorithms.losses.corrections import effective_sample_size
 from tracerl.algorithms.spec import Algorithm, StepContext
-from tracerl.algorithms.spec.terms import MIS
 
 
 def minibatch_scale(aggregation: str, mask_BT: torch.Tensor, full_tokens: float, full_rows: float, n: int) -> float:
@@ -54,20 +53,6 @@ def _minibatches(batch: Batch, slices: list[torch.Tensor]):
         yield idx, mb, mb.ids_BT.shape[1]
 
 
-def row_separable(algo: Algorithm) -> bool:
-    """True when a minibatch's policy loss, rescaled by `minibatch_scale`, is the sum of its rows' shares, so
-    the ranks of a sharded learner can each take some of the rows.
-
-    Every term of `Algorithm.loss` is aggregated over the minibatch's own `mask_BT`, whose per-row counts
-    `minibatch_scale` restores — except MIS (its mask is narrowed by the importance band), the NLL term (a
-    token mean over the successful rows only), Clip-Cov / KL-Cov (tokens chosen by covariance over the whole
-    minibatch) and any algorithm with its own `loss` (MOPD: a mean over the tokens its ratio band keeps).
-    Those normalisers are minibatch-wide, so the rows cannot be split; the learner runs them whole on every
-    rank instead (`policy_steps`)."""
-    return (type(algo).loss is Algorithm.loss and not isinstance(algo.correction, MIS) and algo.nll is None
-            and algo.clip_cov is None and algo.kl_cov is None)
-
-
 def policy_steps(algo: Algorithm, policy, batch: Batch, rewards_B: torch.Tensor, scores: dict[str, torch.Tensor],
                  adv_BT: torch.Tensor, slices: list[torch.Tensor], *, minibatches: int, ctx: StepContext,
                  rank: int = 0, world: int = 1, group=None, micro_tokens: int | None = None,
@@ -81,7 +66,7 @@ def policy_steps(algo: Algorithm, policy, batch: Batch, rewards_B: torch.Tensor,
     norm, the effective sample size of the importance weights π_θ/π_behavior as each step saw them, `updates`
     and `trained_rows`.
 
-    Sharded (world > 1), when the loss is `row_separable`: rank r takes rows `idx[r::world]` of each slice and
+    Sharded (world > 1), when the loss is `Algorithm.row_separable`: rank r takes rows `idx[r::world]` of each slice and
     keeps the single-process normaliser (`minibatch_scale` of its own rows against the batch-wide counts), so
     the ranks' losses add up to the single-process loss; FSDP's reduce-scatter averages the gradients, so each
     rank back-propagates `world` times its share. A rank left without rows runs one row at zero weight, so the
@@ -93,7 +78,7 @@ def policy_steps(algo: Algorithm, policy, batch: Batch, rewards_B: torch.Tensor,
     mask = batch.mask_BT
     eligible = (batch.weight_B > 0) & (mask.sum(dim=1) > 0)
     full_tokens, full_rows = float(mask.sum()), float(eligible.sum())
-    split = world > 1 and row_separable(algo)
+    split = world > 1 and algo.row_separable()
     ratios, acc, steps = [], {}, 0
     policy.module.train()
     for idx in slices:

@@ -269,6 +269,19 @@ class Algorithm(Part):
         (`policy_loss`); GSPO replaces it with its sequence-level one."""
         return policy_loss(logprobs_BT, old_BT, adv_BT, mask_BT, **kw, dual_clip=self.dual_clip, weights_BT=weights_BT)
 
+    def row_separable(self) -> bool:
+        """True when a minibatch's policy loss, rescaled by `minibatch_scale`, is the sum of its rows' shares, so
+        micro-batches can accumulate and the ranks of a sharded learner can each take some of the rows.
+
+        Every term of `loss` is aggregated over the minibatch's own `mask_BT`, whose per-row counts
+        `minibatch_scale` restores — except MIS (its mask is narrowed by the importance band), the NLL term (a
+        token mean over the successful rows only), Clip-Cov / KL-Cov (tokens chosen by covariance over the whole
+        minibatch) and any algorithm with its own `loss` (MOPD: a mean over the tokens its ratio band keeps).
+        Those normalisers are minibatch-wide, so the rows cannot be split; the learner runs them whole on every
+        rank instead (train/minibatch.py's `policy_steps`)."""
+        return (type(self).loss is Algorithm.loss and not isinstance(self.correction, MIS) and self.nll is None
+                and self.clip_cov is None and self.kl_cov is None)
+
     def loss(self, mb: Batch, out: PolicyOutput, scores: dict[str, torch.Tensor], adv_BT: torch.Tensor,
              rewards_B: torch.Tensor, ctx: StepContext) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The minibatch loss to minimise: surrogate + KL + entropy + NLL terms, and their detached stats."""
