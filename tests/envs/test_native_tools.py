@@ -9,7 +9,7 @@ import pytest
 
 from tracerl.contract.roles import TokenRole
 from tracerl.envs.native_tools import NativeTools, ToolCall, ToolSet, get_parser, tool_schema
-from tracerl.envs.native_tools.template import HERMES_TEMPLATE
+from tracerl.models.chat_templates import HERMES_TEMPLATE
 from tracerl.models.tiny import build_tokenizer
 from tracerl.rollout.tool_turns import check_conformance, render_tool_turn, tool_wrap
 

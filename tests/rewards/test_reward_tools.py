@@ -134,7 +134,7 @@ class Scripted:
 def _play(recipe, script, parser="hermes"):
     from tracerl.envs import get_env
     from tracerl.envs.native_tools import native_spec
-    from tracerl.envs.native_tools.template import HERMES_TEMPLATE
+    from tracerl.models.chat_templates import HERMES_TEMPLATE
     from tracerl.models.tiny import build_tokenizer
     from tracerl.rollout import LoopBudgets, run_episodes
     from tracerl.tasks.sources import load_source

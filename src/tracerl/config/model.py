@@ -87,5 +87,5 @@ class ModelConfig(PlacementFields):
     chat_template: Literal["auto", "hermes"] = "auto"
     """The chat template. auto: the tokenizer's own (in native tool mode, tracerl's Hermes template when the
     tokenizer has none). hermes: tracerl's documented Hermes-style ChatML template with tool support
-    (envs/native_tools/template.py, docs/tools.md), for models whose template cannot render tools; it is
+    (models/chat_templates.py, docs/tools.md), for models whose template cannot render tools; it is
     saved with every checkpoint's tokenizer."""

@@ -132,7 +132,7 @@ def load_model_and_tokenizer(path: str | Path, *, gguf_file: str | None = None, 
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if not getattr(tokenizer, "chat_template", None) and template_fallback:
-        from tracerl.envs.native_tools.template import apply_template_setting
+        from tracerl.models.chat_templates import apply_template_setting
 
         apply_template_setting(tokenizer, "hermes")
     if not getattr(tokenizer, "chat_template", None):

@@ -9,7 +9,7 @@ refuses the run in one sentence (exit 2) when the template drops tool calls or w
 
 from __future__ import annotations
 
-from tracerl.envs.native_tools.template import apply_template_setting
+from tracerl.models.chat_templates import apply_template_setting
 from tracerl.errors import UserError
 from tracerl.rollout.tool_turns import check_conformance
 

@@ -40,7 +40,7 @@ class NativeTools:
     def tiny_tokenizer_tags(self) -> tuple[str, ...]:
         """What the built-in tiny tokenizer keeps whole: the family's call tags, each schema line and the Hermes
         template's call instruction (else a 512-token BPE spends ~400 tokens of every prompt spelling them)."""
-        from tracerl.envs.native_tools.template import HERMES_CALL_LINE
+        from tracerl.models.chat_templates import HERMES_CALL_LINE
 
         return (*self.parser.tags, *self.schema_lines(), *((HERMES_CALL_LINE,) if self.parser.name == "hermes" else ()))
 
