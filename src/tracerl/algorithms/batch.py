@@ -10,7 +10,9 @@ here and nowhere else:
 An infrastructure failure also leaves its group's baseline (`baseline_B` False): it is not a policy
 outcome, so the other members' advantages must not be measured against its reward. Truncation
 policy `penalize` replaces a truncated episode's reward by `truncation_penalty` (its loss weight
-stays 1); `keep` trains it as scored.
+stays 1); `keep` trains it as scored. A tool cost (`rl.tool_cost`) is then subtracted here too:
+
+    reward_B = reward_B − tool_cost · tool_calls_B      tool_calls_B: the episode's tool observations
 
 Turns: the k-th ACTION span of a trajectory is its turn k; `turn_BT` gives each action token its
 turn (−1 elsewhere) and `state_BS` the environment state the policy saw when it took that turn (the
@@ -98,11 +100,20 @@ def turn_states(traj: Trajectory) -> list[str]:
     return states
 
 
+def tool_calls_B(trajs: Sequence[Trajectory]) -> torch.Tensor:
+    """Tool calls the policy made in each trajectory: its observation spans the env attributed to a named
+    tool (what telemetry's `tool/calls` counts; an invalid action's observation names no tool)."""
+    return torch.tensor([sum(s.kind == "observation" and s.tool_name is not None for s in t.spans) for t in trajs],
+                        dtype=torch.float32)
+
+
 def collate(trajs: Sequence[Trajectory], *, pad_id: int, truncation: str = "mask",
-            truncation_penalty: float = -1.0) -> Batch:
+            truncation_penalty: float = -1.0, tool_cost: float = 0.0) -> Batch:
     """Collate validated trajectories once; see the module docstring for what each tensor means."""
     if truncation not in TRUNCATION_POLICIES:
         raise ValueError(f"truncation must be one of {', '.join(TRUNCATION_POLICIES)}, got {truncation!r}")
+    if not (tool_cost >= 0 and tool_cost < float("inf")):  # NaN fails both
+        raise ValueError(f"tool_cost must be a finite number >= 0, got {tool_cost!r}")
     if not trajs:
         raise ValueError("cannot collate an empty batch")
     B, T = len(trajs), max(len(t) for t in trajs)
@@ -141,6 +152,8 @@ def collate(trajs: Sequence[Trajectory], *, pad_id: int, truncation: str = "mask
     reward = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
     if truncation == "penalize":
         reward = torch.where(truncated, torch.full_like(reward, truncation_penalty), reward)
+    if tool_cost:  # 0 leaves the rewards untouched, bit for bit
+        reward = reward - tool_cost * tool_calls_B(trajs)
     return Batch(ids_BT=ids, attn_BT=attn, action_BT=action,
                  weight_B=torch.tensor([loss_weight(t, truncation) for t in trajs]),
                  behavior_BT=behavior, version_BT=version,

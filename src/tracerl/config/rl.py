@@ -79,6 +79,11 @@ class RLConfig(Cfg):
     """Truncated episodes: reward `truncation_penalty` (penalize), excluded from the loss (mask), or kept as scored."""
     truncation_penalty: float = -1.0
     """Reward of a truncated episode under `truncation: penalize`."""
+    tool_cost: float = Field(0.0, ge=0, allow_inf_nan=False)
+    """Price of one tool call: each episode's reward used for advantages is lowered by tool_cost × the tool calls
+    the policy made in it (observations the env attributed to a named tool, as `tool/calls` counts them), after
+    the truncation policy, in `collate` (every mode and algorithm); logged as `reward/tool_cost` (mean cost paid
+    per episode). 0 leaves every number as it was. Selection (dynamic sampling) still sees the outcome reward."""
     eval_every: int = Field(20, ge=0)
     """Held-out evaluation every N steps (0: only at the eval stages)."""
     checkpoint_every: int = Field(20, ge=0)

@@ -11,7 +11,8 @@ loads) declares the roles, tensors, selection, reward shaping, advantage and los
 loop below only calls them. Tasks come from the stage's sampler (`tracerl.tasks`: uniform, mixture,
 curriculum), through DAPO dynamic sampling when the sampler or the algorithm asks for it; every
 generated trajectory is validated and stored, the ones selection left out under stage
-`rl_filtered`. Loss weights (infra failures, the truncation policy) are applied once, in `collate`.
+`rl_filtered`. Loss weights (infra failures, the truncation policy) and the tool cost (`rl.tool_cost`) are applied
+once, in `collate`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from tracerl.algorithms.batch import collate
+from tracerl.algorithms.batch import collate, tool_calls_B
 from tracerl.algorithms.spec import StepContext
 from tracerl.config import Recipe
 from tracerl.rollout import run_episodes
@@ -120,8 +121,10 @@ def rl_step(got: StepRollouts, *, ln: Learner, algo, recipe: Recipe, spec, state
                       generator=astate.generator, step=state.step,
                       max_tokens_B=spec.max_tokens_of(trajs) if hasattr(spec, "max_tokens_of") else None)
     batch = collate(trajs, pad_id=tokenizer.pad_token_id, truncation=cfg.truncation,
-                    truncation_penalty=cfg.truncation_penalty)
+                    truncation_penalty=cfg.truncation_penalty, tool_cost=cfg.tool_cost)
     rewards, shaping = algo.shape_rewards(batch, trajs, ctx)
+    if cfg.tool_cost:  # the mean price paid per episode, already in batch.reward_B (collate)
+        shaping["reward/tool_cost"] = cfg.tool_cost * float(tool_calls_B(trajs).mean())
     if hasattr(spec, "normalize"):  # several environments (run/multienv.py): per-domain reward scale
         rewards, norm = spec.normalize(rewards, trajs)
         shaping |= norm | spec.share_loss(batch, trajs)  # mixture.loss_share: per-domain loss weights
