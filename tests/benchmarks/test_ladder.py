@@ -108,3 +108,24 @@ def test_a_result_is_bound_to_its_own_levels_thresholds_not_to_the_whole_file():
     assert G.section_digest(a, "level5") == G.section_digest(b, "level5")
     assert G.section_digest(a, "level5") != G.section_digest(c, "level5")
     assert G.section_digest(a, "level2") == G.section_digest(c, "level2")
+
+
+def test_level5_has_no_quality_target_when_sync_does_not_rise():
+    from ladder_levels import level5
+
+    gates = {"level5": {"quality_frac": 1.0, "wall_ratio_max": 1.0, "kl_max": 0.05, "is_weight_max": 5.0,
+                        "ess_frac_min": 0.5, "v2_disagreement_max": 0.02}}
+
+    def run(label, curve):
+        return {"label": label, "seed": 0, "curve": curve, "start": curve[0][1], "v2": {"disagreement": 0.0},
+                "kl_max": 0.01, "is_p99_max": 1.0, "ess_frac_min": 0.9}
+
+    rising = {"runs": [run("sync", [[0, 0.30], [50, 0.35], [100, 0.40]]),
+                       run("async-eta1", [[0, 0.30], [30, 0.41], [60, 0.42]])]}
+    wall = level5.checks(rising, gates)[0]
+    # target 0.40: async crosses it at 30 * 0.10 / 0.11 = 27.27 s (linear between evaluations), sync at 100 s
+    assert wall.passed and abs(wall.observed - 30 * 0.10 / 0.11 / 100) < 1e-6
+    falling = {"runs": [run("sync", [[0, 0.30], [50, 0.31], [100, 0.29]]),
+                        run("async-eta1", [[0, 0.30], [30, 0.35], [60, 0.33]])]}
+    wall = level5.checks(falling, gates)[0]
+    assert not wall.passed and wall.observed is None and "not above its start" in wall.note
