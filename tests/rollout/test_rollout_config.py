@@ -24,7 +24,11 @@ def test_workers_and_seeding_resolve(overrides, seeded):
     (["rl.mode=async", "rl.max_staleness=0", "rl.prompts_per_step=2", "rollout.workers=3"], "2 group-sized jobs"),
     # async, step jobs (one worker's seeding kept): at most η + 1 = 1
     (["rl.mode=async", "rl.max_staleness=0", "rollout.workers=1", "rollout.seeding=step"], None),
-    (["rollout.workers=2", "gateway.agent=examples/gateway_agent/agent.py:run"], "not combine with rollout.workers: 2"),
+    (["rollout.workers=2", "gateway.agent=examples/gateway_agent/agent.py:run"], None),  # the gateway fronts 2 engines
+    (["rollout.workers=2", "rollout.weight_sync=broadcast", "gateway.agent=examples/gateway_agent/agent.py:run"],
+     "gateway.agent does not combine with rollout.weight_sync: broadcast"),
+    (["rollout.workers=2", "rollout.sync_bucket_mb=8", "gateway.agent=examples/gateway_agent/agent.py:run"],
+     "gateway.agent does not combine with rollout.sync_bucket_mb"),
     (["run.backend=ray", "rollout.workers=3"], "ray.num_cpus"),  # 3 actors × 1 CPU on a 2-CPU local runtime
 ])
 def test_refusals_are_one_sentence(overrides, words):

@@ -16,15 +16,19 @@ def combination_problem(recipe) -> str | None:
     """The first pair of settings the recipe combines that the run does not support, as one sentence; None
     when everything combines. Four remain: each is meaningless or not written yet, and says why."""
     gateway, m = recipe.gateway.agent, recipe.model
-    # 1. gateway.agent: an external agent drives its episodes over HTTP through the trainer's own engine
+    # 1. gateway.agent: an external agent drives its episodes over HTTP through the trainer's gateway, which
+    #    fronts the trainer's own engine or rollout.workers engine processes fed by queue (serve/engine_pool.py)
+    ro = recipe.rollout
     clash = ("envs:" if recipe.envs else "rl.mode: async" if recipe.rl.mode == "async" else
              "run.backend: ray" if recipe.run.backend == "ray" else
              "engine.name: vllm" if recipe.engine.name == "vllm" else
-             f"rollout.workers: {recipe.rollout.workers}" if recipe.rollout.workers > 1 else None) if gateway else None
+             "rollout.weight_sync: broadcast" if ro.weight_sync == "broadcast" else
+             "rollout.sync_bucket_mb" if "sync_bucket_mb" in ro.model_fields_set else None) if gateway else None
     if clash:
         return (f"gateway.agent does not combine with {clash}: its external agent drives one environment's episodes "
-                "over HTTP through the trainer's own engine (a torch or hf engine in this process, sampled between "
-                f"updates), so drop {clash} or gateway.agent")
+                "over HTTP through the trainer's gateway (a torch or hf engine in this process, or rollout.workers "
+                f"engine processes sent whole state_dicts by queue, sampled between updates), so drop {clash} or "
+                "gateway.agent")
     # 2. model.lora: the KL reference is the policy itself with its adapter disabled
     if m.lora is not None and (any(s.reset_reference for s in recipe.rl.stages)
                                or m.reference_device not in (None, m.device)):

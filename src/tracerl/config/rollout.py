@@ -77,8 +77,8 @@ def _check_weight_sync(recipe) -> str | None:
 
 
 def check_rollout(recipe) -> str | None:
-    """The first `rollout:` setting the rest of the recipe cannot run, as one sentence (gateway.agent with several
-    workers is refused in config/combinations.py, beside the gateway's other clashes)."""
+    """The first `rollout:` setting the rest of the recipe cannot run, as one sentence (the gateway's clashes with
+    rollout settings are refused in config/combinations.py, beside its other clashes)."""
     ro, rl = recipe.rollout, recipe.rl
     problem = _check_weight_sync(recipe)
     if problem:

@@ -254,6 +254,12 @@ def backend_episodes(recipe, episodes, *, model, tokenizer, hashes, store=None, 
     if recipe.rl.mode == "async":  # async builds its own workers (process_workers, ray_workers)
         return episodes
     ro = recipe.rollout
+    if hasattr(episodes, "engines"):  # gateway.agent: the gateway fronts rollout.workers engine processes
+        if ro.workers == 1:
+            return episodes
+        from tracerl.serve.engine_proc import engine_settings
+
+        return episodes.engines(engine_settings(model, tokenizer, threads=ro.threads, recipe=recipe), ro.workers, model)
     if ro.workers > 1 or (ro.group_seeded and recipe.run.backend == "ray"):
         made = parallel_episodes(recipe, model, tokenizer, hashes, store=store, spec_ref=spec_ref)
     elif recipe.run.backend == "ray":

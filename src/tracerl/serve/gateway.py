@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from tracerl.contract.roles import TokenRole
 from tracerl.serve.batcher import EngineTimeout, EngineWorker
 from tracerl.serve.chat import canonical, extend, render_full, reply_canonical, reply_message
+from tracerl.serve.engine_proc import RemoteCallError
 from tracerl.serve.episodes import BoundedDict, EpisodeRegistry
 from tracerl.serve.errors import APIError, bad_request, not_found
 from tracerl.serve.guard import PRINCIPAL_HEADER
@@ -41,7 +42,7 @@ class Gateway:
                  max_context: int | None = None, default_max_tokens: int = 256, stop_strings: tuple[str, ...] = (),
                  sampling_override: dict | None = None, max_batch: int = 16, seed: int = 0,
                  accept_weights: bool = False, api_keys: tuple[str, ...] = (), max_body_bytes: int = 1 << 20,
-                 call_timeout_s: float = 300.0, body_timeout_s: float = 30.0):
+                 call_timeout_s: float = 300.0, body_timeout_s: float = 30.0, pool=None):
         self.engine, self.tokenizer, self.model_name = engine, engine.tokenizer, model_name
         # guard.py: every route needs one of `api_keys` (when any); bodies over `max_body_bytes` are refused
         self.api_keys, self.max_body_bytes, self.body_timeout_s = tuple(api_keys), max_body_bytes, body_timeout_s
@@ -51,6 +52,7 @@ class Gateway:
         self.default_max_tokens, self.stop_strings = default_max_tokens, tuple(stop_strings)
         self.sampling_override = sampling_override  # a trainer pins the sampling its learner scores under
         self.worker = EngineWorker(engine, max_batch=max_batch, seed=seed, timeout_s=call_timeout_s)
+        self.pool = pool  # serve/engine_pool.py: N engine processes sample the calls instead of `engine` here
         self.accept_weights = accept_weights  # POST /v1/weights (a trainer pushing new weights by version)
         self._sampled_text: BoundedDict = BoundedDict(8192)  # tool call id -> the text the model sampled for it
         self._pushed = False  # a weight push has been taken (versions must then increase strictly)
@@ -59,10 +61,12 @@ class Gateway:
     # -- weights ---------------------------------------------------------------------------------
     @property
     def policy_version(self) -> int:
-        return self.worker.policy_version
+        return self.pool.version if self.pool is not None else self.worker.policy_version
 
     def set_policy_version(self, version: int) -> None:
         """Tag later samples with `version`; waits for the batch in flight (weights change between batches)."""
+        if self.pool is not None:
+            return self.pool.tell("version", version)
         if not self.worker.lock.acquire(timeout=self.call_timeout_s):
             raise TimeoutError(f"the gateway's engine stayed busy for {self.call_timeout_s:g} s; the policy version "
                                "was not changed")
@@ -77,6 +81,10 @@ class Gateway:
         own = self.engine.model.state_dict()
         check_version(int(version), self.policy_version, self._pushed)
         checked = checked_state(own, state_dict)
+        if self.pool is not None:  # every engine loads them between two of its batches
+            self.pool.push_state(checked, int(version))
+            self._pushed = True
+            return
         if not self.worker.lock.acquire(timeout=self.call_timeout_s):
             raise APIError(503, f"the engine stayed busy for {self.call_timeout_s:g} s; push the weights again",
                            type="server_error", code="engine_busy")
@@ -96,6 +104,8 @@ class Gateway:
 
     def close(self) -> None:
         self.worker.close()
+        if self.pool is not None:
+            self.pool.close()
         self.registry.close()
 
     def models(self) -> dict:
@@ -225,11 +235,17 @@ class Gateway:
         adjust = logit_adjust(req, len(self.tokenizer))  # 400 on a key that is no token id, before sampling
         t0 = time.time()
         try:
-            rows = sample_rows(self, prompt, budget, sampling, stops, req.seed,
-                               tuple(int(t) for t in req.stop_token_ids or ()), n=req.n, pattern=pattern, top_logprobs=top,
-                               adjust=adjust)
+            args = (prompt, budget, sampling, stops, req.seed, tuple(int(t) for t in req.stop_token_ids or ()))
+            kw = dict(n=req.n, pattern=pattern, top_logprobs=top, adjust=adjust)
+            if self.pool is not None:  # the episode's engine (serve/engine_pool.py)
+                rows, served_by = self.pool.sample(episode.episode_id if episode else None, *args, **kw)
+            else:
+                rows, served_by = sample_rows(self, *args, **kw), 0
         except APIError:
             raise
+        except RemoteCallError as err:  # the engine process refused or failed the call: its status and sentence
+            raise APIError(err.status, str(err), type="invalid_request_error" if err.status < 500 else "server_error",
+                           code=err.code) from None
         except EngineTimeout:
             raise APIError(503, f"the engine did not answer within {self.call_timeout_s:g} s (busy or stuck); retry "
                            "the call later", type="server_error", code="engine_timeout") from None
@@ -245,7 +261,7 @@ class Gateway:
                            sampling={**sampling, "seed": req.seed, "max_tokens": budget, "stop": list(stops), **extra},
                            started=t0, latency_s=time.time() - t0, entropies=list(sample.entropies),
                            text=self.tokenizer.decode(sample.token_ids, skip_special_tokens=True), top_logprobs=tops,
-                           user=req.user, metadata=req.metadata)
+                           user=req.user, metadata=req.metadata, engine=served_by)
                 for sample, version, tops in rows]
 
     def _logprob_entries(self, call: CallRecord) -> list[dict]:
@@ -265,4 +281,4 @@ class Gateway:
                 "prompt_token_ids": call.prompt_ids,
                 "tracerl": {"span_id": call.span_id, "span_ids": [c.span_id for c in calls], "episode_id": call.episode_id,
                             "parent_span_id": call.parent_span_id, "policy_version": call.policy_version,
-                            "extends_span": call.extends_span}}
+                            "extends_span": call.extends_span, "engine": call.engine}}

@@ -35,6 +35,7 @@ class CallRecord:
     top_logprobs: list[list[tuple[int, float]]] | None = None  # per token: the k likeliest (id, log-prob), when asked
     user: str | None = None  # the request's `user` (OpenAI's end-user id), kept as sent
     metadata: dict[str, Any] | None = None  # the request's `metadata`, kept as sent
+    engine: int = 0  # which of the gateway's engines sampled it (serve/engine_pool.py; 0: the only one)
 
     def as_json(self) -> dict:
         d = dataclasses.asdict(self)

@@ -10,6 +10,11 @@ scores it); an agent that raises ends its episode as `infra_failure`, one that o
 `agent_timeout_s` as `wall_timeout`. The episodes' trajectories (exact-prefix merging, split counted)
 come back validated, one or more per episode, grouped by `group_id`.
 
+With `rollout.workers: N > 1` (`engines(settings, n)`, set by rollout/ray_backend.py `backend_episodes`)
+the gateway fronts N engine processes (serve/engine_pool.py): an episode's calls stay on one engine, concurrent
+episodes spread across them, and every engine is synced to the policy version of the call (and again by
+`publish` after each update) before any episode starts.
+
 What it departs from: episodes of one call run concurrently and the engine batches whatever
 arrives together, so rollouts are not bit-reproducible for a seed the way the in-process loop's are.
 """
@@ -61,6 +66,7 @@ class GatewayRollout:
         self.cfg, self.span_log = cfg, span_log
         self.agent = load_agent(cfg.agent)
         self.gateway = self.server = self.verifier = None
+        self.engine_settings, self.n_engines, self.model = None, 1, None
         self.totals = {"episodes": 0, "trajectories": 0, "merges": 0, "splits": 0, "agent_errors": 0, "abandoned": 0}
 
     def _start(self, engine, spec, budgets, tokenizer_hashes) -> None:
@@ -70,10 +76,19 @@ class GatewayRollout:
         registry = EpisodeRegistry(verifier=self.verifier, idle_timeout_s=self.cfg.idle_timeout_s, span_log=self.span_log,
                                    env_name=spec.name, tokenizer_hashes=tokenizer_hashes,
                                    finished_ttl_s=None)  # kept until this rollout pops them
+        max_batch = max(16, self.cfg.concurrency)
+        pool = None
+        if self.n_engines > 1:
+            from tracerl.serve.engine_pool import EnginePool
+            from tracerl.serve.engine_proc import EngineProcess
+
+            settings, timeout = self.engine_settings, self.cfg.call_timeout_s
+            pool = EnginePool(lambda i, inc: EngineProcess(i, settings, max_batch=max_batch, seed=i + 7_919 * inc,
+                                                           timeout_s=timeout), self.n_engines, timeout_s=timeout)
         self.gateway = Gateway(engine, model_name=self.cfg.model_name, registry=registry,
                                default_max_tokens=budgets.max_new_tokens, stop_strings=spec.stop_strings,
-                               max_batch=max(16, self.cfg.concurrency), max_body_bytes=self.cfg.max_body_bytes,
-                               call_timeout_s=self.cfg.call_timeout_s)
+                               max_batch=max_batch, max_body_bytes=self.cfg.max_body_bytes,
+                               call_timeout_s=self.cfg.call_timeout_s, pool=pool)
         self.server = ServerThread(self.gateway).start()
         self.http = httpx.Client(base_url=self.server.base_url, timeout=60)
 
@@ -83,9 +98,13 @@ class GatewayRollout:
             self._start(engine, spec, budgets, tokenizer_hashes)
         gw = self.gateway
         self.verifier.add(tasks)
-        gw.set_policy_version(policy_version)
         gw.sampling_override = dict(sampling)
-        gw.worker._gen.manual_seed(seed)
+        if gw.pool is not None:  # every engine holds this version's weights before any episode starts
+            gw.pool.sync(self.model if self.model is not None else engine.model, policy_version)
+            gw.pool.tell("seed", seed)
+        else:
+            gw.set_policy_version(policy_version)
+            gw.worker._gen.manual_seed(seed)
         eids = [f"{gid}.{i}.{uuid.uuid4().hex[:8]}" for i, gid in enumerate(group_ids)]
 
         def play(task, gid, eid):
@@ -136,7 +155,26 @@ class GatewayRollout:
         self.totals["trajectories"] += len(out)
         return out
 
+    def engines(self, settings, n: int, model=None) -> GatewayRollout:
+        """Serve the agent's calls from `n` engine processes built from `settings` (rollout/workers.py
+        `WorkerSettings`), synced from `model` (the learner's policy; else the engine's model)."""
+        self.engine_settings, self.n_engines, self.model = settings, int(n), model
+        return self
+
+    def publish(self, model, version: int) -> None:
+        """After an update: every engine to the new version (the in-process engine shares the learner's model)."""
+        self.model = model
+        if self.gateway is not None and self.gateway.pool is not None:
+            self.gateway.pool.sync(model, version)
+
+    def metrics(self) -> dict[str, float]:
+        pool = self.gateway.pool if self.gateway is not None else None
+        return pool.metrics() if pool is not None else {}
+
     def close(self) -> None:
+        if self.gateway is not None and self.gateway.pool is not None:
+            self.totals["engine_calls"] = list(self.gateway.pool.calls)
+            self.totals |= self.gateway.pool.counters
         if self.gateway is not None:
             self.http.close()
             self.server.stop()
