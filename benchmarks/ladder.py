@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from ladder_levels import common, gates as G  # noqa: E402
 
-LEVELS = {0: "level0", 1: "level1", 2: "level2", 3: "level3", 5: "level5", 6: "level6"}
+LEVELS = {0: "level0", 1: "level1", 2: "level2", 3: "level3", 4: "level4", 5: "level5", 6: "level6"}
 REPO = Path(__file__).parents[1]
 
 
