@@ -53,3 +53,20 @@ def test_quantiles_linear():
     # [1, 2, 3, 4]: p50 at index 1.5 → 2.5; p10 at 0.3 → 1.3
     q = quantiles(np.array([4.0, 1.0, 3.0, 2.0]), "x/", qs=(0.1, 0.5))
     assert q == {"x/p10": pytest.approx(1.3), "x/p50": pytest.approx(2.5), "x/max": 4.0}
+
+
+def test_async_kl_behavior_is_the_k3_kl_of_the_staleness_weights():
+    import torch
+
+    from tracerl.telemetry.async_metrics import importance_weights
+
+    # 3 masked tokens with π_prox/π_behavior = 2, 1, 1/2 and a masked-out token that must not count:
+    # k3 = mean of (w - 1) - log w = [(1 - ln 2) + 0 + (-1/2 + ln 2)] / 3 = (1/2) / 3 = 1/6
+    prox = torch.log(torch.tensor([[0.4, 0.3, 0.1, 0.9]]))
+    beh = torch.log(torch.tensor([[0.2, 0.3, 0.2, 0.1]]))
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    out = importance_weights(prox, beh, mask)
+    assert out["async/kl_behavior"] == pytest.approx(1 / 6, rel=1e-6)
+    assert out["async/iw_tokens"] == 3
+    same = importance_weights(prox, prox, mask)  # no staleness: KL 0, every weight 1, ESS fraction 1
+    assert same["async/kl_behavior"] == 0.0 and same["async/ess_frac"] == pytest.approx(1.0)

@@ -5,7 +5,11 @@ recorded version, `async/behavior_version_*`); the *proximal* policy is the lear
 the update (`async/proximal_version`), whose log-probs the learner recomputes; the *current* policy
 is the one being optimised (its ratio to the proximal one is what `policy/clip_*` report). The
 importance weight π_prox/π_behavior corrects for the staleness: `async/iw/*` are its quantiles over
-the trained action tokens, `async/ess` and `async/ess_frac` its effective sample size (Σw)²/Σw².
+the trained action tokens, `async/ess` and `async/ess_frac` its effective sample size (Σw)²/Σw², and
+`async/kl_behavior` the KL from the behavior policy to the learner at the start of the update,
+KL(π_behavior ‖ π_prox) ≈ mean over the sampled tokens of (w − 1) − log w (the k3 estimator, unbiased for tokens
+drawn from π_behavior): what staleness alone moved the policy. `policy/approx_kl` is the other half, the
+update's own drift from π_prox.
 
 Staleness is reported per trajectory (its oldest token's lag) and stratified by episode length in
 thirds of the token budget, because rejecting stale rollouts removes long episodes first (a long
@@ -20,7 +24,7 @@ import numpy as np
 import torch
 
 from tracerl.contract import Trajectory
-from tracerl.telemetry.importance import quantiles
+from tracerl.telemetry.importance import k3_kl, quantiles
 
 LENGTH_BANDS = ("short", "mid", "long")
 
@@ -62,8 +66,10 @@ def importance_weights(prox_BT: torch.Tensor, behavior_BT: torch.Tensor, mask_BT
     if w.size == 0:
         return {}
     ess = float(w.sum() ** 2 / max((w * w).sum(), 1e-300))
+    log_w = (prox_BT[sel].double() - behavior_BT[sel].double()).numpy()
     return {**quantiles(w, "async/iw/", qs=(0.01, 0.05, 0.5, 0.95, 0.99)), "async/iw/mean": float(w.mean()),
-            "async/ess": ess, "async/ess_frac": ess / w.size, "async/iw_tokens": float(w.size)}
+            "async/ess": ess, "async/ess_frac": ess / w.size, "async/iw_tokens": float(w.size),
+            "async/kl_behavior": k3_kl(log_w)}
 
 
 def version_metrics(version_BT: torch.Tensor, mask_BT: torch.Tensor, learner_version: int) -> dict[str, float]:
