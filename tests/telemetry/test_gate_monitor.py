@@ -66,3 +66,17 @@ def test_unknown_gate_key_is_rejected():
     with pytest.raises(ValidationError, match="entropy_flor"):
         GatesConfig(entropy_flor=0.1)
     assert all(f.description for f in GatesConfig.model_fields.values())
+
+
+def test_async_kl_counts_staleness_and_async_ess_is_read():
+    # async: policy/approx_kl is the update's drift from pi_prox (tiny), async/kl_behavior the staleness (large)
+    mon = GateMonitor(GatesConfig(kl_max=0.05))
+    trip = mon.update(4, {"policy/approx_kl": 1e-14, "async/kl_behavior": 0.08})
+    assert trip is not None and trip.value == 0.08 and "async/kl_behavior" in trip.reason
+    mon = GateMonitor(GatesConfig(kl_max=0.05))
+    assert mon.update(4, {"policy/approx_kl": 0.01, "async/kl_behavior": 0.02}) is None  # both under the limit
+    trip = GateMonitor(GatesConfig(kl_max=0.05)).update(1, {"policy/approx_kl": 0.06})  # sync: approx_kl alone
+    assert trip is not None and trip.value == 0.06
+    mon = GateMonitor(GatesConfig(ess_frac_floor=0.5))
+    trip = mon.update(2, {"async/ess_frac": 0.3})  # no correction reports is/ or policy/ess_frac in plain async
+    assert trip is not None and "async/ess_frac" in trip.reason

@@ -25,11 +25,13 @@ class GatesConfig(Cfg):
     entropy_patience: int = Field(
         3, ge=1, description="Consecutive steps below entropy_floor before the entropy gate trips.")
     kl_max: float | None = Field(
-        None, description="Trip when the approximate KL to the behavior policy ('policy/approx_kl') exceeds this.")
+        None, description="Trip when the approximate KL to the behavior policy exceeds this: 'policy/approx_kl', or in "
+                          "async mode the larger of it and 'async/kl_behavior' (staleness).")
     kl_ref_max: float | None = Field(
         None, description="Trip when the KL to the reference policy ('policy/kl_ref', else 'policy/kl_k3') exceeds this.")
     ess_frac_floor: float | None = Field(
-        None, description="Trip when the importance-weight ESS fraction ('is/ess_frac', else 'policy/ess_frac') falls below this.")
+        None, description="Trip when the importance-weight ESS fraction ('is/ess_frac', else 'policy/ess_frac', else "
+                          "async's 'async/ess_frac') falls below this.")
     truncation_rate_max: float | None = Field(
         None, description="Trip when the fraction of truncated episodes ('rollout/truncation_rate') exceeds this.")
     audit_failures_max: float | None = Field(

@@ -3,7 +3,10 @@
 A stop condition is part of an experiment: a reward curve after an
 entropy collapse or a verifier exploit cannot be read. Each gate watches one metric of
 `step_metrics` and trips after `patience` consecutive steps outside its limit. A step where the
-metric is missing or NaN neither trips nor resets the count.
+metric is missing or NaN neither trips nor resets the count. `kl_max` watches the larger of
+`policy/approx_kl` and `async/kl_behavior`: in async mode the update clips around the proximal policy,
+so `policy/approx_kl` is only the update's own drift and staleness is the other part of the distance
+to what sampled; `ess_frac_floor` reads async's `async/ess_frac` where no correction reports one.
 
 On a trip the trainer saves a checkpoint and the sampler state, records a store event of kind
 "gate" with `GateTrip.as_dict()` as payload, and raises `GateTripped`, whose `exit_code` (3) the
@@ -48,22 +51,24 @@ class GateTripped(Exception):
 @dataclasses.dataclass(frozen=True)
 class _Rule:
     gate: str
-    metric: tuple[str, ...]  # the first name present in a step's metrics is checked
+    metric: tuple[str, ...]  # the first name present in a step's metrics is checked (`largest`: the largest)
     bound: Literal["min", "max"]
     limit: float
     patience: int
+    largest: bool = False
 
 
 def _rules(cfg: GatesConfig) -> list[_Rule]:
     named = [("entropy_floor", ("policy/entropy",), "min", cfg.entropy_floor, cfg.entropy_patience),
-             ("kl_max", ("policy/approx_kl",), "max", cfg.kl_max, cfg.patience),
+             ("kl_max", ("policy/approx_kl", "async/kl_behavior"), "max", cfg.kl_max, cfg.patience),
              ("kl_ref_max", ("policy/kl_ref", "policy/kl_k3"), "max", cfg.kl_ref_max, cfg.patience),
              # recomputed from log-probs (telemetry) or reported by an importance correction (algorithms)
-             ("ess_frac_floor", ("is/ess_frac", "policy/ess_frac"), "min", cfg.ess_frac_floor, cfg.patience),
+             ("ess_frac_floor", ("is/ess_frac", "policy/ess_frac", "async/ess_frac"), "min", cfg.ess_frac_floor,
+              cfg.patience),
              ("truncation_rate_max", ("rollout/truncation_rate",), "max", cfg.truncation_rate_max, cfg.patience),
              ("audit_failures_max", ("verifier/audit_failures",), "max", cfg.audit_failures_max, cfg.patience),
              ("probe_logprob_diff_max", ("probe/logprob_absdiff_max",), "max", cfg.probe_logprob_diff_max, cfg.patience)]
-    rules = [_Rule(g, m, b, float(v), p) for g, m, b, v, p in named if v is not None]
+    rules = [_Rule(g, m, b, float(v), p, largest=g == "kl_max") for g, m, b, v, p in named if v is not None]
     for lim in cfg.extra:
         for bound in ("min", "max"):
             if getattr(lim, bound) is not None:
@@ -86,7 +91,9 @@ class GateMonitor:
     def update(self, step: int, metrics: dict[str, float]) -> GateTrip | None:
         trip = None
         for rule in self.rules:
-            name = next((m for m in rule.metric if metrics.get(m) is not None), rule.metric[0])
+            present = [m for m in rule.metric if metrics.get(m) is not None and not math.isnan(float(metrics[m]))]
+            name = (max(present, key=lambda m: float(metrics[m])) if rule.largest and present
+                    else present[0] if present else rule.metric[0])
             value = metrics.get(name)
             if value is None or math.isnan(float(value)):
                 continue
