@@ -1,8 +1,8 @@
 """Level 3: one external tool (math_tool's sandboxed Python tool), outcome-only credit vs a tool-cost penalty.
 
 From Level 2's SFT start (the default recipe's 1.15M model), two arms train RL at each seed, at Level 2's
-sizes and steps (the default cell: token aggregation, std scaling, asymmetric clipping, truncation mask,
-uniform sampling): `outcome` (rl.tool_cost=0: the reward is the verifier's outcome) and `tool_cost`
+sizes and steps (its default cell but with std scaling off, `ALGO`: token aggregation, asymmetric clipping,
+truncation mask, uniform sampling): `outcome` (rl.tool_cost=0: the reward is the verifier's outcome) and `tool_cost`
 (rl.tool_cost = the gate file's level3.tool_cost: each tool call lowers the reward advantages see).
 
 Four evaluation slices, every one on the same 200 held-out tasks x 2 samples (difficulty <= 0.5, the
@@ -32,6 +32,12 @@ from pathlib import Path
 from . import common, gates as G, level2, verifier2
 
 ARMS = ("outcome", "tool_cost")
+# Both arms run Level 2's default cell with std scaling OFF (Dr. GRPO's centred advantages). Attempt 1 (commit
+# history, docs/ladder.md) ran the shipped std scaling: in a group where every member fails, the 0.1 price is the
+# only reward difference and dividing by the group's std turns it into advantages of +1.6..+2.7 for not calling
+# the tool, as large as a correct answer's; one seed collapsed to no tool calls (held-out 0.43 -> 0.02).
+# Unscaled, the price moves the advantage by what it costs (0.1 per call).
+ALGO = ["rl.algorithm.scale=none"]
 EVAL = ["env.heldout_tasks=200", "eval.tasks=200", "eval.slices=[tool_error, tool_wrong]"]
 QUICK = ["rl.steps=2", "eval.tasks=20", "env.heldout_tasks=20"]
 _OP = re.compile(r" gets \d+ more\.| gives away \d+\.| gets \d+ bags of \d+\.| are multiplied by \d+\.")
@@ -111,7 +117,7 @@ def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check
                 continue
             run_dir = root / f"{arm}-s{seed}"
             r, wall = common.train("default", run_dir, f"run.seed={seed}", f"model.path={ckpt}", *level2.SIZES,
-                                   *level2.RL, *EVAL, f"rl.tool_cost={cost if arm == 'tool_cost' else 0.0}", *extra)
+                                   *level2.RL, *ALGO, *EVAL, f"rl.tool_cost={cost if arm == 'tool_cost' else 0.0}", *extra)
             m = common.rl_metrics(r)
             row = {"arm": arm, "seed": seed, "slices": measure(r.run_dir, cost), "wall_s": wall, "steps": len(m),
                    "rl_calls_first": m[0].get("tool/calls_per_episode"), "rl_calls_last": m[-1].get("tool/calls_per_episode"),
