@@ -39,8 +39,9 @@ BASE = ["run.threads=1", "run.seed=0"]
 EVAL = ["stages=[eval]", "eval.tasks=100", "eval.samples=2", "eval.k=[1,2]"]
 QUICK = ["eval.tasks=4", "eval.samples=1", "eval.k=[1]", "sft.demos=16", "sft.epochs=1"]
 VARIANTS = (("raw", "raw base, plain text"), ("template", "base + Hermes template"), ("sft", "SFT checkpoint"))
-RESULT_PREFIX = "Result:"  # how play_raw shows a tool result; a raw turn that writes it copied an observation
-MARKUP = ("<tool_response>", "</tool_response>", "<|im_start|>tool", RESULT_PREFIX)
+MARKUP = ("<tool_response>", "</tool_response>", "<|im_start|>tool")  # the Hermes template's tool-result markup
+RESULT_PREFIX = "Result:"  # how play_raw shows a tool result: a raw turn that writes it copied an observation
+RAW_MARKUP = (*MARKUP, RESULT_PREFIX)
 _INT = re.compile(r"-?\d{1,12}")  # the final answer's exact format: the integer alone (math_tool's verifier)
 
 
@@ -61,7 +62,7 @@ def schema_ok(call, schemas: list[dict]) -> bool:
     return False
 
 
-def classify_turn(text: str, parser, schemas: list[dict]) -> dict:
+def classify_turn(text: str, parser, schemas: list[dict], markup: tuple[str, ...] = MARKUP) -> dict:
     """One assistant turn: `valid` (exactly a schema-valid call, or exactly an integer final answer), `attempt`
     (it tries a call: the parser's open tag, a parsed call or a parse error), `call_ok` (the attempt parses and
     every call matches the schema, whatever text surrounds it), `answer` (no call: a final answer), `copied`."""
@@ -71,7 +72,7 @@ def classify_turn(text: str, parser, schemas: list[dict]) -> dict:
     answer = not attempt
     valid = (call_ok and not turn.content) or (answer and bool(_INT.fullmatch(turn.content.strip())))
     return {"valid": valid, "attempt": attempt, "call_ok": call_ok, "answer": answer,
-            "copied": any(m in text for m in MARKUP)}
+            "copied": any(m in text for m in markup)}
 
 
 def ece(conf: list[float], outcome: list[float], bins: int = 10) -> float:
@@ -97,9 +98,10 @@ def confidence(episode: dict, parser, schemas) -> float:
     return math.exp(last["logprob"])
 
 
-def measures(episodes: list[dict], parser, schemas: list[dict]) -> dict:
-    """The per-variant numbers from episodes {task_id, correct, turns: [{text, tokens, logprob}]}."""
-    turns = [classify_turn(t["text"], parser, schemas) for e in episodes for t in e["turns"]]
+def measures(episodes: list[dict], parser, schemas: list[dict], markup: tuple[str, ...] = MARKUP) -> dict:
+    """The per-variant numbers from episodes {task_id, correct, turns: [{text, tokens, logprob}]}; `markup`: the
+    strings that show a tool result in this variant's prompt (a turn writing one copied an observation)."""
+    turns = [classify_turn(t["text"], parser, schemas, markup) for e in episodes for t in e["turns"]]
     attempts = [t for t in turns if t["attempt"]]
     conf = [confidence(e, parser, schemas) for e in episodes]
     ys = [float(e["correct"]) for e in episodes]
@@ -257,8 +259,9 @@ def sft_start(args, root: Path, results: dict) -> str:
 
             made = yaml.safe_load((d / "config.yaml").read_text())
             want = _recipe(*over).model_dump(mode="json")
+            unused = {"model.tiny"} if made["model"]["path"] and want["model"]["path"] else set()  # no tiny model built
             diff = {f"{s}.{k}": [made[s].get(k), v] for s in ("sft", "env", "model") for k, v in want[s].items()
-                    if made[s].get(k) != v}
+                    if made[s].get(k) != v and f"{s}.{k}" not in unused}
             results["sft"] = {"wall_s": json.loads(done.read_text())["wall_s"], "made_in": made["run"]["dir"],
                               "threads": made["run"]["threads"], "differs": diff}
         else:
@@ -287,8 +290,9 @@ def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check
     for name, model_path in (("template", None), ("sft", ckpt)):
         if name in results["variants"]:
             continue
-        _, wall = common.train(RECIPE, root / name, *ev, *([f"model.path={model_path}"] if model_path else []))
-        eps = stored_episodes(root / name)
+        checkpoint = [f"model.path={model_path}", "model.gguf_file="] if model_path else []  # the SFT one is no GGUF
+        _, wall = common.train(RECIPE, root / f"eval-{name}", *ev, *checkpoint)
+        eps = stored_episodes(root / f"eval-{name}")
         _record(results, name, eps, wall, tasks, parser, schemas)
         args.save()
     if "raw" not in results["variants"] or "memorisation" not in results:
@@ -300,9 +304,9 @@ def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check
             t0 = time.time()
             eps = play_raw(model, tok, route.spec.make, tasks, samples=recipe.eval.samples, seed=recipe.run.seed,
                            max_new=recipe.env.max_new_tokens, max_turns=recipe.env.max_turns)
-            (root / "raw").mkdir(parents=True, exist_ok=True)
-            (root / "raw" / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in eps))
-            _record(results, "raw", eps, time.time() - t0, tasks, parser, schemas)
+            (root / "eval-raw").mkdir(parents=True, exist_ok=True)
+            (root / "eval-raw" / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in eps))
+            _record(results, "raw", eps, time.time() - t0, tasks, parser, schemas, RAW_MARKUP)
             args.save()
         results["memorisation"] = memorisation(model, tok, [str(t.prompt) for t in tasks], recipe.run.seed)
         args.save()
@@ -319,9 +323,9 @@ def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check
     return table(results), checks(results, gates)
 
 
-def _record(results, name, eps, wall, tasks, parser, schemas) -> None:
+def _record(results, name, eps, wall, tasks, parser, schemas, markup=MARKUP) -> None:
     ids = {t.id for t in tasks}
-    m = measures(eps, parser, schemas)
+    m = measures(eps, parser, schemas, markup)
     m.update(wall_s=wall, same_tasks=sorted({e["task_id"] for e in eps}) == sorted(ids))
     results["variants"][name] = m
 

@@ -33,7 +33,7 @@ CALL = '<tool_call>\n{"name": "python", "arguments": {"code": "print(3+4)"}}\n</
     ("Result: 7", False, False, False, True),                          # the raw variant's observation line
 ])
 def test_a_turn_is_classified_by_the_parser_and_the_tools_schema(text, valid, attempt, call_ok, copied):
-    c = L.classify_turn(text, PARSER, SCHEMAS)
+    c = L.classify_turn(text, PARSER, SCHEMAS, L.RAW_MARKUP)
     assert (c["valid"], c["attempt"], c["call_ok"], c["copied"]) == (valid, attempt, call_ok, copied)
     assert c["answer"] == (not attempt)
 
@@ -69,6 +69,12 @@ def test_measures_of_three_hand_made_episodes():
     # confidences: the last turn is an answer in each: 0.5, 0.25, 0.8 against outcomes 1, 0, 0
     assert m["brier"] == pytest.approx((0.25 + 0.0625 + 0.64) / 3)
     assert m["ece"] == pytest.approx((0.5 + 0.25 + 0.8) / 3)   # each in its own bin
+
+
+def test_result_lines_are_markup_only_in_the_raw_variants_prompt():
+    prose = "Result equals 26. Result: 26"  # the template variant's prose may say it; only raw shows results so
+    assert not L.classify_turn(prose, PARSER, SCHEMAS)["copied"]
+    assert L.classify_turn(prose, PARSER, SCHEMAS, L.RAW_MARKUP)["copied"]
 
 
 def test_an_episode_that_ends_on_a_call_has_confidence_zero():
