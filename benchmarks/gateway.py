@@ -1,14 +1,17 @@
 """Gateway throughput: calls/s and the latency it adds per call over the in-process engine, and its
 behaviour with 8 concurrent agents (measured side by side in one process, so only ratios matter).
 
-    python benchmarks/gateway.py [--calls 40] [--new-tokens 24] [--agents 8] [--threads 1]
+    python benchmarks/gateway.py [--calls 40] [--new-tokens 24] [--agents 8] [--threads 1] [--engines-only]
 
 1. sequential: the same seeded calls (same prompt, same seed, so the same tokens: equal work) made
    with `engine.generate` in-process and with `client.completions.create` through the gateway on
    127.0.0.1, interleaved call by call; then the same with one new token, where the HTTP, JSON and
    rendering cost is most of the call;
 2. concurrent: `--agents` threads, each an agent making `--calls // 2` chat calls (no seed, so the
-   gateway's worker batches them), against `--agents` rows generated in-process as one batch.
+   gateway's worker batches them), against `--agents` rows generated in-process as one batch;
+3. engines: the same `--agents` agents, each its own episode, against a gateway fronting 1 and then 2 engine
+   processes of `--threads` torch threads each (serve/engine_pool.py, `gateway.agent` with
+   `rollout.workers: 2`), in alternating rounds so load on the machine falls on both alike.
 """
 
 from __future__ import annotations
@@ -31,17 +34,19 @@ from tracerl.models import build_tiny, load_model_and_tokenizer  # noqa: E402
 from tracerl.rollout import TorchEngine  # noqa: E402
 from tracerl.rollout.render import render_prompt  # noqa: E402
 from tracerl.serve import Gateway  # noqa: E402
+from tracerl.serve.engine_pool import EnginePool  # noqa: E402
+from tracerl.serve.engine_proc import EngineProcess, engine_settings  # noqa: E402
 from tracerl.serve.server import ServerThread  # noqa: E402
 
 
-def build(tmp: Path):
+def build(tmp: Path, hidden: int = 96, layers: int = 3):
     spec = get_env("calc_json")
     tasks = spec.generate("train", 200, 0)
     env = spec.make()
     texts = [m["content"] for t in tasks for m in env.reset(t, 0)]
     texts += [spec.expert(t, [], random.Random(0), tool_rate=1.0) for t in tasks]
-    path = build_tiny(tmp / "m", texts, tags=spec.special_tokens, vocab_size=448, hidden_size=96, num_layers=3,
-                      num_heads=4, intermediate_size=288, max_positions=512, seed=0)
+    path = build_tiny(tmp / "m", texts, tags=spec.special_tokens, vocab_size=448, hidden_size=hidden, num_layers=layers,
+                      num_heads=4, intermediate_size=3 * hidden, max_positions=512, seed=0)
     model, tok = load_model_and_tokenizer(path)
     return spec, tasks, model, tok
 
@@ -57,14 +62,20 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=24)
     ap.add_argument("--agents", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3, help="engines arm: alternating rounds per gateway")
+    ap.add_argument("--engines-only", action="store_true", help="run only the 1-vs-2-engines arm")
+    ap.add_argument("--hidden-size", type=int, default=96, help="the tiny model's width (96: the default arms)")
+    ap.add_argument("--num-layers", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     import openai
 
     with tempfile.TemporaryDirectory() as d:
-        spec, tasks, model, tok = build(Path(d))
+        spec, tasks, model, tok = build(Path(d), args.hidden_size, args.num_layers)
     engine = TorchEngine(model, tok)
     msgs = [[{"role": "system", "content": "Be brief."}, {"role": "user", "content": str(t.prompt)}] for t in tasks]
+    if args.engines_only:
+        return engines_arm(args, engine, model, tok, msgs)
     prompts = [render_prompt(tok, m)[0] for m in msgs]
     n, T = args.calls, args.new_tokens
     kw = dict(temperature=1.0, top_p=1.0, top_k=0, stop_strings=(), stop_token_ids=[tok.eos_token_id])
@@ -137,6 +148,62 @@ def main() -> None:
               f"gateway / in-process batches: {(A * per / wall) / (A * per / wall_in):.2f}x")
         print(f"  recorded: {gw.registry.stats()}")
     gw.close()
+
+
+def engines_arm(args, engine, model, tok, msgs) -> None:
+    """`--agents` agents (one episode each, `--calls // 2` unseeded chat calls) against 1 and 2 engine processes."""
+    import os
+
+    import openai
+
+    settings = engine_settings(model, tok, threads=args.threads)
+    A, per, T = args.agents, max(1, args.calls // 2), args.new_tokens
+    gws = {}
+    for n in (1, 2):
+        pool = EnginePool(lambda i, inc: EngineProcess(i, settings, max_batch=max(16, A), seed=i), n)
+        pool.sync(model, 0)
+        gws[n] = Gateway(engine, model_name="bench", default_max_tokens=T, max_batch=max(16, A), pool=pool)
+    rates: dict[int, list[float]] = {1: [], 2: []}
+    lat: dict[int, list[float]] = {1: [], 2: []}
+    with ServerThread(gws[1]) as s1, ServerThread(gws[2]) as s2:
+        srvs = {1: s1, 2: s2}
+        for r in range(-1, args.rounds):  # round -1 warms both
+            for n in (1, 2) if r % 2 else (2, 1):
+                gw, lock = gws[n], threading.Lock()
+
+                def agent(k: int) -> None:
+                    eid = f"r{r}-a{k}"
+                    gw.registry.start(eid)
+                    with openai.OpenAI(base_url=srvs[n].base_url, api_key="x", max_retries=0, timeout=300) as client:
+                        for j in range(per):
+                            t0 = time.perf_counter()
+                            client.chat.completions.create(model="bench", messages=msgs[(k * per + j) % len(msgs)],
+                                                           max_tokens=T, extra_headers={"X-Episode-Id": eid})
+                            with lock:
+                                if r >= 0:
+                                    lat[n].append(time.perf_counter() - t0)
+
+                t0 = time.perf_counter()
+                threads = [threading.Thread(target=agent, args=(k,)) for k in range(A)]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+                if r >= 0:
+                    rates[n].append(A * per / (time.perf_counter() - t0))
+    n_params = sum(p.numel() for p in model.parameters()) / 1e6
+    print(f"engines  {A} agents x {per} chat calls, <= {T} new tokens, {args.rounds} alternating rounds; "
+          f"{n_params:.2f}M-parameter model; engine "
+          f"processes of {args.threads} torch thread(s); {os.cpu_count()} CPUs, load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    for n in (1, 2):
+        calls = gws[n].pool.calls
+        print(f"  {n} engine(s)   {statistics.mean(rates[n]):7.2f} calls/s (rounds: "
+              f"{', '.join(f'{x:.2f}' for x in rates[n])})   latency p50 {1000 * pct(lat[n], 0.5):.0f} ms, "
+              f"p95 {1000 * pct(lat[n], 0.95):.0f} ms; calls per engine {calls}")
+    print(f"  2 engines / 1 engine: {statistics.mean(rates[2]) / statistics.mean(rates[1]):.2f}x calls/s")
+    for gw in gws.values():
+        gw.close()
 
 
 if __name__ == "__main__":
