@@ -28,6 +28,18 @@ def test_a_slice_changes_tool_observations_and_nothing_else(kind, expect):
     assert final.terminated and final.reward_components["correct"] == 1.0
 
 
+def test_tool_error_once_errors_the_first_call_only():
+    spec = get_env("math_tool")
+    task = spec.generate("heldout", 1, 0)[0]
+    env = slice_spec(spec, "tool_error_once").make()
+    for _ in range(2):  # per episode: reset starts the count again
+        env.reset(task, 0)
+        assert env.step("<code>print(12)</code>").observation.strip() == TOOL_ERROR
+        assert env.step("<code>print(12)</code>").observation.strip() == "<output>12</output>"  # the call again works
+    final = env.step(f"<answer>{task.answer}</answer>")
+    assert final.terminated and final.reward_components["correct"] == 1.0
+
+
 def test_the_faults_slice_needs_faults():
     with pytest.raises(UserError, match="eval.slices lists faults but no fault rate is set"):
         load_recipe("smoke", ["eval.slices=[faults]"])
@@ -36,7 +48,7 @@ def test_the_faults_slice_needs_faults():
 def test_cli_reports_slices_beside_a_clean_evaluation(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     rc = main(["train", "smoke", "stages=[sft,eval]", "run.threads=1", "run.dir=run", "sft.epochs=4",
-               "eval.slices=[tool_error,tool_wrong,faults]", "faults.tool_crash=0.5", "faults.engine_error=0.2"])
+               "eval.slices=[tool_error,tool_error_once,tool_wrong,faults]", "faults.tool_crash=0.5", "faults.engine_error=0.2"])
     assert rc == 0
     out = capsys.readouterr().out
     assert "eval slices: tool_error: " in out and "faults: " in out and "used_tool: " in out
@@ -44,5 +56,5 @@ def test_cli_reports_slices_beside_a_clean_evaluation(tmp_path, monkeypatch, cap
     assert e["eval/infra_failure_rate"] == 0.0  # training faults never reach the clean evaluation
     assert e["eval/slice/faults/infra_failure_rate"] > 0.0
     assert e["eval/slice/used_tool/episodes"] + e["eval/slice/no_tool/episodes"] == 16  # 8 tasks x 2 samples
-    for k in ("tool_error", "tool_wrong", "faults"):
+    for k in ("tool_error", "tool_error_once", "tool_wrong", "faults"):
         assert 0.0 <= e[f"eval/slice/{k}/success"] <= 1.0

@@ -20,9 +20,10 @@ class EvalConfig(Cfg):
     """Nucleus mass of the frozen protocol."""
     k: list[int] = Field(default_factory=lambda: [1, 4], min_length=1, max_length=64)
     """pass@k values reported (each between 1 and `samples`)."""
-    slices: list[Literal["tool_error", "tool_wrong", "faults"]] = Field(default_factory=list, max_length=3)
-    """Fault slices evaluated beside the clean held-out run (same tasks and seed): every tool
-    observation an error, every tool number off by one, or the recipe's `faults:` (eval/slices.py)."""
+    slices: list[Literal["tool_error", "tool_error_once", "tool_wrong", "faults"]] = Field(default_factory=list, max_length=4)
+    """Fault slices evaluated beside the clean held-out run (same tasks and seed): every tool observation an
+    error (the tool is down), the first tool call of each episode an error (recoverable by calling again), every
+    tool number off by one, or the recipe's `faults:` (eval/slices.py)."""
 
     @model_validator(mode="after")
     def _k_within_samples(self) -> EvalConfig:

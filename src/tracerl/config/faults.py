@@ -23,6 +23,9 @@ class FaultsConfig(Cfg):
     """Probability that the environment's step raises."""
     verifier_error: float = Field(0.0, ge=0.0, le=1.0)
     """Probability that the reward of a finishing step cannot be computed."""
+    tool_error: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability, per tool call, that the tool's observation is replaced by an error message (a transient
+    error the policy sees: the episode goes on, it may call again or answer; not an infrastructure failure)."""
     engine_error: float = Field(0.0, ge=0.0, le=1.0)
     """Probability, per row and turn, that the engine's generate fails for that row."""
     hang_s: float = Field(0.5, gt=0.0, le=600.0)
@@ -40,4 +43,4 @@ class FaultsConfig(Cfg):
 
     @property
     def active(self) -> bool:
-        return any(getattr(self, k) > 0 for k in (*KINDS, "slow_call", "engine_error"))
+        return any(getattr(self, k) > 0 for k in (*KINDS, "slow_call", "engine_error", "tool_error"))

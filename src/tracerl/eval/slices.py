@@ -4,7 +4,10 @@ The clean held-out evaluation runs the environment as it is (training-time `faul
 it), under the frozen protocol. Each slice replays the same tasks, samples and seed with one thing
 changed, so its numbers differ from the clean ones only by what the slice changes:
 
-* `tool_error`: every tool observation is replaced by an error message (the tool is down);
+* `tool_error`: every tool observation is replaced by an error message (the tool is down: the only
+  recovery is to answer without it);
+* `tool_error_once`: the first tool call of each episode returns that error, later calls work (a
+  transient error: the policy recovers by calling again; what `faults.tool_error` trains on);
 * `tool_wrong`: every integer in a tool observation is off by one (plausible but wrong content);
 * `faults`: the recipe's `faults:` rates (crash, hang, garbage, env exception, verifier error,
   engine error) are injected as in training; infra episodes are counted, never solved.
@@ -23,10 +26,9 @@ from typing import Any
 
 from tracerl.envs.base import EnvSpec, Step
 from tracerl.config.faults import FaultsConfig
-from tracerl.rollout.faults import wrap_engine, wrap_spec
+from tracerl.rollout.faults import TOOL_ERROR, is_tool_call, wrap_engine, wrap_spec
 
-SLICES = ("tool_error", "tool_wrong", "faults")
-TOOL_ERROR = "Error: the tool is unavailable."
+SLICES = ("tool_error", "tool_error_once", "tool_wrong", "faults")
 _INT = re.compile(r"(?<![\w.])-?\d+(?![\w.])")
 
 
@@ -40,8 +42,10 @@ class SliceEnv:
     def __init__(self, inner, kind: str) -> None:
         self.inner, self.kind = inner, kind
         self.name, self.revision = inner.name, inner.revision
+        self.calls = 0
 
     def reset(self, task, seed: int):
+        self.calls = 0
         return self.inner.reset(task, seed)
 
     def state_hash(self) -> str:
@@ -49,9 +53,12 @@ class SliceEnv:
 
     def step(self, action_text: str) -> Step:
         step = self.inner.step(action_text)
-        if step.terminated or step.observation is None or not (step.info or {}).get("tool"):
+        if not is_tool_call(step):
             return step
-        obs = TOOL_ERROR if self.kind == "tool_error" else _perturb(step.observation)
+        self.calls += 1
+        if self.kind == "tool_error_once" and self.calls > 1:
+            return step
+        obs = TOOL_ERROR if self.kind in ("tool_error", "tool_error_once") else _perturb(step.observation)
         return dataclasses.replace(step, observation=obs, info={**step.info, "eval_slice": self.kind})
 
 

@@ -11,6 +11,15 @@ components), never a demonstration (SFT keeps only episodes that ended on their 
 out of the group baseline by the trainer. A slow call is not a failure: it costs `slow_s` and the
 step goes on; it is counted as `info["fault_slow"]`.
 
+Transient tool errors (`tool_error`) are not infrastructure faults either: with probability p per tool call
+(a non-final step whose info names a `tool`), the call's observation is replaced by `TOOL_ERROR` (the text
+eval/slices.py's `tool_error` slices use) and the episode goes on, so the policy meets an error it can
+recover from (call again, or answer). The call itself runs (a stateful env keeps its side effects); the
+step's info gets `fault="tool_error"` and `tool_status="tool_error"` (its span's status: counted by
+telemetry as `tool/status_tool_error` and in `tool/error_rate`, never in `rollout/infra_failures`). The
+draws come from their own generator, seeded like the others, so adding `tool_error` leaves the other
+faults' draws as they were and `tool_error: 0` draws nothing.
+
 Engine errors (`engine_error`): `wrap_engine` makes a session's `generate` raise when a row of the
 call is drawn to fail (seeded by faults.seed, the row's key and its tokens); the agent loop retries
 the rows one by one and ends only the failing row's episode, as `infra_failure` labelled
@@ -31,6 +40,9 @@ from tracerl.contract.roles import TerminalReason
 from tracerl.envs.base import EnvSpec, Step
 
 
+TOOL_ERROR = "Error: the tool is unavailable."
+
+
 class InjectedFault(RuntimeError):
     """Raised inside a wrapped step for `env_exception`; caught and labelled like a real one."""
 
@@ -42,10 +54,11 @@ class FaultyEnv:
     def __init__(self, inner, cfg: FaultsConfig) -> None:
         self.inner, self.cfg = inner, cfg
         self.name, self.revision = inner.name, inner.revision
-        self.rng = random.Random(0)
+        self.rng = self.tool_rng = random.Random(0)
 
     def reset(self, task, seed: int):
         self.rng = random.Random(f"{self.cfg.seed}:{getattr(task, 'id', '')}:{seed}")
+        self.tool_rng = random.Random(f"{self.cfg.seed}:tool_error:{getattr(task, 'id', '')}:{seed}")
         return self.inner.reset(task, seed)
 
     def state_hash(self) -> str:
@@ -82,7 +95,20 @@ class FaultyEnv:
             return _fault(kind, "the verifier failed while scoring (injected)")
         if slow:
             step = dataclasses.replace(step, info={**(step.info or {}), "fault_slow": True})
+        if (self.cfg.tool_error > 0 and is_tool_call(step) and self.tool_rng.random() < self.cfg.tool_error):
+            step = tool_error_step(step)
         return step
+
+
+def is_tool_call(step: Step) -> bool:
+    """A step that answered a tool call with an observation (the episode goes on)."""
+    return not step.terminated and step.observation is not None and bool((step.info or {}).get("tool"))
+
+
+def tool_error_step(step: Step) -> Step:
+    """`step` with its observation replaced by the tool's error; the episode goes on."""
+    return dataclasses.replace(step, observation=TOOL_ERROR,
+                               info={**(step.info or {}), "fault": "tool_error", "tool_status": "tool_error"})
 
 
 def _fault(kind: str, why: str) -> Step:
