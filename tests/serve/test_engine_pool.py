@@ -91,6 +91,22 @@ def test_two_concurrent_episodes_spread_over_both_engines(pair):
     assert {got["e"]["tracerl"]["engine"], got["f"]["tracerl"]["engine"]} == {0, 1}
 
 
+def test_constrained_adjusted_n2_calls_with_top_logprobs_match_in_process(pair):
+    """The pattern, the logit adjustment and top log-probs travel to the engine process and sample there as
+    in-process: a json_object response_format, a logit_bias and a frequency penalty, n=2, top_logprobs=3."""
+    (one, s1), (two, s2, pool), _ = pair
+    start(two, "m")
+    body = {"model": "tiny", "messages": [{"role": "user", "content": PROMPT}], "seed": 5, "max_tokens": 10, "n": 2,
+            "logprobs": True, "top_logprobs": 3, "response_format": {"type": "json_object"},
+            "logit_bias": {"7": 3.0}, "frequency_penalty": 0.5}
+    ref = httpx.post(f"{s1.base_url}/chat/completions", json=body, timeout=60).json()
+    got = httpx.post(f"{s2.base_url}/chat/completions", json=body, headers={"X-Episode-Id": "m"}, timeout=60).json()
+    assert [c["token_ids"] for c in got["choices"]] == [c["token_ids"] for c in ref["choices"]]
+    tops = [[[t["token"] for t in e["top_logprobs"]] for e in c["logprobs"]["content"]] for c in ref["choices"]]
+    assert [[[t["token"] for t in e["top_logprobs"]] for e in c["logprobs"]["content"]] for c in got["choices"]] == tops
+    assert [c.sampling["constraint"] for c in two.registry.get("m").calls] == ["json_object"] * 2
+
+
 def test_a_weight_push_reaches_both_engines(pair):
     (one, s1), (two, s2, pool), model = pair
     start(two, "g", "h")
