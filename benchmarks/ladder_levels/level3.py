@@ -5,18 +5,26 @@ sizes and steps (its default cell but with std scaling off, `ALGO`: token aggreg
 truncation mask, uniform sampling): `outcome` (rl.tool_cost=0: the reward is the verifier's outcome) and `tool_cost`
 (rl.tool_cost = the gate file's level3.tool_cost: each tool call lowers the reward advantages see).
 
-Four evaluation slices, every one on the same 200 held-out tasks x 2 samples (difficulty <= 0.5, the
+Attempt 3 (attempts 1-2: docs/ladder.md, git history): both arms train with the same transient tool errors
+(`TRAIN`: faults.tool_error, each tool call's observation replaced by the error with probability p, the episode
+going on), so the policy meets errors it can recover from, for `STEPS` RL steps; error recovery is judged on the
+`tool_error_once` slice (the first call errors, calling again works). The old `tool_error` slice (the tool is
+down: every call errors) stays in the table, reported only: there the only recovery is answering without the
+tool, which this model does right 0.08 of the time, so that slice cannot rise by construction.
+
+Five evaluation slices, every one on the same 200 held-out tasks x 2 samples (difficulty <= 0.5, the
 training range), on the SFT start and on every arm and seed:
   * unnecessary: the clean episodes whose problem has ONE operation (math_tool difficulty < 0.25: one
     add / give-away / bags / multiply step on numbers 2..9); the demonstrations' teacher answers these in
     its head, and a direct answer needs no tool (whether THIS model can is reported: its no-tool success);
   * useful: the clean episodes whose problem has two operations (difficulty 0.25..0.5, numbers up to 50);
   * tool_error: `eval.slices` tool_error, every tool observation replaced by an error (the tool is down);
+  * tool_error_once: `eval.slices` tool_error_once, the first tool call of each episode errors, later ones work;
   * tool_wrong: `eval.slices` tool_wrong, every integer in a tool observation off by one (plausible lies).
 Each slice reports success, tool calls per episode and net success = success - tool_cost x calls.
 
 Gate (reference §10, Level 3): the tool-cost arm's net success on the clean held-out set rises above the
-SFT start's (worst seed), its success on the tool-error slice rises above the SFT start's (error
+SFT start's (worst seed), its success on the tool_error_once slice rises above the SFT start's (error
 recovery, worst seed), and no gradient flows through observation tokens — measured: a stored RL batch
 of the run (with tool observations) is scored by the learner's own `score_actions` with the output layer
 applied at every position, the algorithm's loss is back-propagated, and the largest |d loss / d logit|
@@ -38,7 +46,12 @@ ARMS = ("outcome", "tool_cost")
 # the tool, as large as a correct answer's; one seed collapsed to no tool calls (held-out 0.43 -> 0.02).
 # Unscaled, the price moves the advantage by what it costs (0.1 per call).
 ALGO = ["rl.algorithm.scale=none"]
-EVAL = ["env.heldout_tasks=200", "eval.tasks=200", "eval.slices=[tool_error, tool_wrong]"]
+# Attempt 3: both arms meet transient tool errors in training (30% of calls; the episode goes on), and train
+# 30 steps instead of 10 (attempt 2's seeds of one arm moved by +-0.08 after 10 steps, not separating the arms).
+TRAIN = ["faults.tool_error=0.3", "rl.steps=30"]
+RECOVERY = "tool_error_once"  # the slice the error-recovery clause is judged on
+FAULT_SLICES = ("tool_error", "tool_error_once", "tool_wrong")
+EVAL = ["env.heldout_tasks=200", "eval.tasks=200", f"eval.slices=[{', '.join(FAULT_SLICES)}]"]
 QUICK = ["rl.steps=2", "eval.tasks=20", "env.heldout_tasks=20"]
 _OP = re.compile(r" gets \d+ more\.| gives away \d+\.| gets \d+ bags of \d+\.| are multiplied by \d+\.")
 
@@ -71,9 +84,11 @@ def slice_stats(episodes: list[tuple[str, bool, int]], cost: float) -> dict[str,
 
 
 def fault_slices(ev: dict, cost: float) -> dict[str, dict[str, float]]:
-    """tool_error / tool_wrong from an evaluation's `eval/slice/*` numbers."""
+    """tool_error / tool_error_once / tool_wrong from an evaluation's `eval/slice/*` numbers (those it has)."""
     out = {}
-    for k in ("tool_error", "tool_wrong"):
+    for k in FAULT_SLICES:
+        if f"eval/slice/{k}/success" not in ev:
+            continue
         s, c = ev[f"eval/slice/{k}/success"], ev[f"eval/slice/{k}/tool_calls_per_episode"]
         out[k] = {"success": s, "calls": c, "net": s - cost * c}
     return out
@@ -117,17 +132,21 @@ def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check
                 continue
             run_dir = root / f"{arm}-s{seed}"
             r, wall = common.train("default", run_dir, f"run.seed={seed}", f"model.path={ckpt}", *level2.SIZES,
-                                   *level2.RL, *ALGO, *EVAL, f"rl.tool_cost={cost if arm == 'tool_cost' else 0.0}", *extra)
+                                   *level2.RL, *ALGO, *TRAIN, *EVAL, f"rl.tool_cost={cost if arm == 'tool_cost' else 0.0}",
+                                   *extra)
             m = common.rl_metrics(r)
             row = {"arm": arm, "seed": seed, "slices": measure(r.run_dir, cost), "wall_s": wall, "steps": len(m),
                    "rl_calls_first": m[0].get("tool/calls_per_episode"), "rl_calls_last": m[-1].get("tool/calls_per_episode"),
                    "rl_tool_cost_paid": common.mean(x.get("reward/tool_cost") for x in m) if arm == "tool_cost" else 0.0,
+                   "rl_injected_errors": sum(x.get("tool/status_tool_error", 0.0) for x in m),
+                   "rl_tool_calls": sum(x.get("tool/calls", 0.0) for x in m),
+                   "rl_infra_failures": sum(x.get("rollout/infra_failures", 0.0) for x in m),
                    "checkpoint": str(r.checkpoint)}
             results["runs"].append(row)
             args.save()
             a = row["slices"]["all"]
             print(f"  {arm} seed {seed}: held-out {a['success']:.3f}, calls {a['calls']:.2f}, net {a['net']:.3f}, "
-                  f"tool_error {row['slices']['tool_error']['success']:.3f}, {wall:.0f}s", flush=True)
+                  f"{RECOVERY} {row['slices'][RECOVERY]['success']:.3f}, {wall:.0f}s", flush=True)
     if "obs_grad" not in results:
         src = next((x for x in results["runs"] if x["arm"] == "tool_cost"), None)
         if src is not None:
@@ -141,7 +160,8 @@ def _per_seed(results: dict, arm: str, key) -> dict[int, float]:
 
 
 def table(results: dict) -> str:
-    cols = ("all", "unnecessary", "useful", "tool_error", "tool_wrong")
+    rows = [x["slices"] for x in [results["start"], *results.get("runs", [])] if x] if results.get("start") else []
+    cols = [c for c in ("all", "unnecessary", "useful", *FAULT_SLICES) if all(c in r for r in rows)]  # attempts 1-2: no once
     lines = [f"{'slice:':<16}" + "".join(f"{c:^26}" for c in cols),
              f"{'run':<16}" + "".join(f"{'success':>9} {'calls':>6} {'net':>7}  " for _ in cols)]
 
@@ -183,8 +203,8 @@ def checks(results: dict, gates: dict) -> list[G.Check]:
     start = results.get("start", {}).get("slices")
     seeds = min((len(_per_seed(results, arm, lambda s: 0)) for arm in ARMS), default=0)
     net = {s: v - start["all"]["net"] for s, v in _per_seed(results, "tool_cost", lambda x: x["all"]["net"]).items()} if start else {}
-    rec = ({s: v - start["tool_error"]["success"]
-            for s, v in _per_seed(results, "tool_cost", lambda x: x["tool_error"]["success"]).items()} if start else {})
+    rec = ({s: v - start[RECOVERY]["success"]
+            for s, v in _per_seed(results, "tool_cost", lambda x: x[RECOVERY]["success"]).items()} if start and RECOVERY in start else {})
     og = results.get("obs_grad")
     lo = lambda d: min(d.values()) if d else None  # noqa: E731
     ok = og is not None and og["observation_tokens"] > 0 and og["action_max"] > 0  # the measure was live
@@ -192,7 +212,7 @@ def checks(results: dict, gates: dict) -> list[G.Check]:
         G.at_least("seeds of each arm", seeds, G.threshold(gates, lv, "seeds_min")),
         G.at_least("net success gain (success - tool_cost x calls), tool-cost arm, worst seed", lo(net),
                    G.threshold(gates, lv, "net_gain_min"), "per seed " + " ".join(f"{v:+.3f}" for v in net.values())),
-        G.at_least("error recovery: tool_error slice success gain, tool-cost arm, worst seed", lo(rec),
+        G.at_least(f"error recovery: {RECOVERY} slice success gain, tool-cost arm, worst seed", lo(rec),
                    G.threshold(gates, lv, "error_recovery_gain_min"), "per seed " + " ".join(f"{v:+.3f}" for v in rec.values())),
         G.at_most("largest |d loss / d logit| at loss-masked positions (observations, prompt, padding)",
                   og["masked_max"] if ok else None, G.threshold(gates, lv, "observation_grad_max"),

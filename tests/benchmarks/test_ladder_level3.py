@@ -48,24 +48,32 @@ def test_slice_stats_by_hand():
     assert s["useful"]["success"] == 0.5 and s["useful"]["net"] == pytest.approx(0.45)
     assert s["all"]["net"] == pytest.approx(3.5 / 6)
     f = level3.fault_slices({"eval/slice/tool_error/success": 0.2, "eval/slice/tool_error/tool_calls_per_episode": 1.5,
+                             "eval/slice/tool_error_once/success": 0.3, "eval/slice/tool_error_once/tool_calls_per_episode": 2.0,
                              "eval/slice/tool_wrong/success": 0.1, "eval/slice/tool_wrong/tool_calls_per_episode": 0.5}, 0.1)
     assert f["tool_error"]["net"] == pytest.approx(0.05) and f["tool_wrong"]["net"] == pytest.approx(0.05)
+    assert f["tool_error_once"]["net"] == pytest.approx(0.1)  # 0.3 - 0.1 x 2.0
 
 
-def _sl(succ, calls, err):
+def _sl(succ, calls, err, down=0.0):
     return {"all": {"success": succ, "calls": calls, "net": succ - 0.1 * calls},
-            "tool_error": {"success": err, "calls": 0.0, "net": err}}
+            "tool_error_once": {"success": err, "calls": 0.0, "net": err},
+            "tool_error": {"success": down, "calls": 0.0, "net": down}}
 
 
 def test_gate_clauses_on_hand_made_results():
     gates, _ = G.load()
     og = {"masked_max": 0.0, "observation_tokens": 30, "action_max": 0.2}
-    res = {"start": {"slices": _sl(0.40, 0.8, 0.05)}, "obs_grad": og,
+    res = {"start": {"slices": _sl(0.40, 0.8, 0.05, down=0.02)}, "obs_grad": og,
            "runs": [{"arm": a, "seed": s, "slices": _sl(0.50, 0.9, 0.10)} for a in level3.ARMS for s in (0, 1, 2)]}
-    # net: start 0.40 - 0.08 = 0.32; arm 0.50 - 0.09 = 0.41 -> +0.09 at every seed; recovery 0.10 - 0.05 = +0.05
+    # net: start 0.40 - 0.08 = 0.32; arm 0.50 - 0.09 = 0.41 -> +0.09 at every seed; recovery is judged on
+    # tool_error_once: 0.10 - 0.05 = +0.05 (the tool-down slice falls 0.02 -> 0: reported, not judged)
     c = level3.checks(res, gates)
     assert [x.passed for x in c] == [True, True, True, True]
     assert c[1].observed == pytest.approx(0.09) and c[2].observed == pytest.approx(0.05)
+    assert "tool_error_once" in c[2].name
+    res["runs"][-1]["slices"] = _sl(0.50, 0.9, 0.04)  # seed 2 recovers less than the start: 0.04 - 0.05 < 0.005
+    c = level3.checks(res, gates)
+    assert not c[2].passed and c[2].observed == pytest.approx(-0.01)
     # seed 2 of the tool-cost arm buys its success with calls: 0.45 - 0.1 x 1.5 = 0.30 < 0.32 -> net gain -0.02
     res["runs"][-1]["slices"] = _sl(0.45, 1.5, 0.10)
     c = level3.checks(res, gates)
