@@ -124,7 +124,8 @@ def test_a_weight_push_reaches_both_engines(pair):
             assert tokens(body)[0] == ref and body["tracerl"]["policy_version"] == 5
     finally:
         model.load_state_dict(state)
-        pool.sync(model, 6)
+    two.load_weights(state, 6)  # what POST /v1/weights does: checked, then sent to every engine
+    assert tokens(call(s2, "g", seed=3))[0] == before and call(s2, "h", seed=3)["tracerl"]["policy_version"] == 6
 
 
 def test_a_dead_engine_s_call_is_retried_on_the_other_and_it_is_replaced(pair):
