@@ -35,7 +35,7 @@ ALGOS = ["grpo", "ppo", "prime", "gigpo"]
 EXTRA = ["rl.steps=50"]
 QUICK = ["sft.demos=64", "sft.epochs=1", "rl.steps=2", "rl.prompts_per_step=4", "rl.group_size=4",
          "env.heldout_tasks=10", "eval.tasks=10"]
-PARALLEL = 2  # runs at a time: one thread each on the 2-core machine
+PARALLEL = 3  # runs at a time, one thread each (a scheduling choice: each run is seeded and deterministic)
 CUT = {"max_turns", "max_tokens", "wall_timeout"}  # cut off by a budget, not ended by the policy or the env
 
 
