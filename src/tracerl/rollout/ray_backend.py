@@ -257,9 +257,10 @@ def backend_episodes(recipe, episodes, *, model, tokenizer, hashes, store=None, 
     if hasattr(episodes, "engines"):  # gateway.agent: the gateway fronts rollout.workers engine processes
         if ro.workers == 1:
             return episodes
-        from tracerl.serve.engine_proc import engine_settings
+        from tracerl.rollout.workers import worker_settings
 
-        return episodes.engines(engine_settings(model, tokenizer, threads=ro.threads, recipe=recipe), ro.workers, model)
+        settings = worker_settings(model, tokenizer, recipe, None, {}, seed=0, partial=False, threads=ro.threads)
+        return episodes.engines(settings, ro.workers, model)
     if ro.workers > 1 or (ro.group_seeded and recipe.run.backend == "ray"):
         made = parallel_episodes(recipe, model, tokenizer, hashes, store=store, spec_ref=spec_ref)
     elif recipe.run.backend == "ray":
