@@ -11,7 +11,10 @@ protocol (the recipe's sampling, temperature 1.0, 64 new tokens a turn, 3 turns)
   "Answer:"), the same sampler settings, the same env (its parser, sandbox and verifier); a tool result comes
   back as a "Result:" line;
 - template: the same model through tracerl's eval stage with the Hermes template, no training;
-- sft: the recipe's SFT checkpoint (`stages=[sft, eval]`) through the same eval stage.
+- sft: the recipe's SFT checkpoint (`stages=[sft, eval]`) through the same eval stage. Attempt 2: its
+  demonstrations include failed calls (`SLIPS`, sft.expert_error_rate: the teacher's first call slips with a
+  SyntaxError in that fraction of its tool episodes, then it calls again); attempt 1's checkpoint had never seen
+  a failed call and wrote the tool-result markup itself after 4 of its 5 (docs/ladder.md).
 
 Six measures per variant, all from the stored held-out episodes (`measures`): exact-format validity, semantic
 success, response length, tool-call validity, calibration (confidence = the policy's probability of the final
@@ -35,7 +38,8 @@ from pathlib import Path
 from . import common, gates as G
 
 RECIPE = "math_tool_native_smollm2"
-BASE = ["run.threads=1", "run.seed=0"]
+SLIPS = "sft.expert_error_rate=0.25"  # attempt 2: demonstrations of calling again after a failed call
+BASE = ["run.threads=1", "run.seed=0", SLIPS]
 EVAL = ["stages=[eval]", "eval.tasks=100", "eval.samples=2", "eval.k=[1,2]"]
 QUICK = ["eval.tasks=4", "eval.samples=1", "eval.k=[1]", "sft.demos=16", "sft.epochs=1"]
 VARIANTS = (("raw", "raw base, plain text"), ("template", "base + Hermes template"), ("sft", "SFT checkpoint"))

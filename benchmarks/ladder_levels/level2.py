@@ -60,8 +60,9 @@ def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check
     return table(results, GROUP), checks(results, gates)
 
 
-def sft_start(args, root: Path, results: dict) -> str:
-    """The shared SFT checkpoint (trained once, at seed 0), its held-out success and independent re-score."""
+def sft_start(args, root: Path, results: dict, extra: tuple[str, ...] = ()) -> str:
+    """The shared SFT checkpoint (trained once, at seed 0, under `extra` overrides too), its held-out success
+    and independent re-score."""
     if "sft" not in results:
         done = root / "sft" / "summary.json"
         if done.exists() and "wall_s" in json.loads(done.read_text()):  # a finished start (e.g. Level 2's, for Level 5)
@@ -69,7 +70,8 @@ def sft_start(args, root: Path, results: dict) -> str:
             results["sft"] = {"success": summary["evals"][-1]["eval/success"], "v2": verifier2.audit(root / "sft"),
                               "wall_s": summary["wall_s"], "checkpoint": str(root / "sft" / "checkpoints" / "step_0")}
         else:
-            sft, wall = common.train("default", root / "sft", "run.seed=0", *SIZES, *SFT, *(QUICK if args.quick else []))
+            sft, wall = common.train("default", root / "sft", "run.seed=0", *SIZES, *SFT, *extra,
+                                       *(QUICK if args.quick else []))
             results["sft"] = {"success": common.last_eval(sft)["eval/success"], "v2": verifier2.audit(sft.run_dir),
                               "wall_s": wall, "checkpoint": str(sft.checkpoint)}
         args.save()

@@ -1,6 +1,6 @@
 """Level 3: one external tool (math_tool's sandboxed Python tool), outcome-only credit vs a tool-cost penalty.
 
-From Level 2's SFT start (the default recipe's 1.15M model), two arms train RL at each seed, at Level 2's
+From an SFT start of Level 2's sizes (the default recipe's 1.15M model), two arms train RL at each seed, at Level 2's
 sizes and steps (its default cell but with std scaling off, `ALGO`: token aggregation, asymmetric clipping,
 truncation mask, uniform sampling): `outcome` (rl.tool_cost=0: the reward is the verifier's outcome) and `tool_cost`
 (rl.tool_cost = the gate file's level3.tool_cost: each tool call lowers the reward advantages see).
@@ -11,6 +11,11 @@ going on), so the policy meets errors it can recover from, for `STEPS` RL steps;
 `tool_error_once` slice (the first call errors, calling again works). The old `tool_error` slice (the tool is
 down: every call errors) stays in the table, reported only: there the only recovery is answering without the
 tool, which this model does right 0.08 of the time, so that slice cannot rise by construction.
+
+Attempt 4: attempt 3's policy never called again after a failed call (its start had never seen a failed call:
+Level 2's demonstrations hold none), so RL had no retry to reward. The start is now Level 3's own SFT run,
+Level 2's settings plus `SLIPS` (sft.expert_error_rate: the teacher's first call slips with a SyntaxError in that
+fraction of its tool episodes, and it calls again after any failed call; envs/math_tool/env.py `expert`).
 
 Five evaluation slices, every one on the same 200 held-out tasks x 2 samples (difficulty <= 0.5, the
 training range), on the SFT start and on every arm and seed:
@@ -49,6 +54,7 @@ ALGO = ["rl.algorithm.scale=none"]
 # Attempt 3: both arms meet transient tool errors in training (30% of calls; the episode goes on), and train
 # 30 steps instead of 10 (attempt 2's seeds of one arm moved by +-0.08 after 10 steps, not separating the arms).
 TRAIN = ["faults.tool_error=0.3", "rl.steps=30"]
+SLIPS = ("sft.expert_error_rate=0.2",)  # attempt 4: demonstrations of calling again after a failed call
 RECOVERY = "tool_error_once"  # the slice the error-recovery clause is judged on
 FAULT_SLICES = ("tool_error", "tool_error_once", "tool_wrong")
 EVAL = ["env.heldout_tasks=200", "eval.tasks=200", f"eval.slices=[{', '.join(FAULT_SLICES)}]"]
@@ -118,7 +124,7 @@ def measure(run_dir: Path, cost: float) -> dict:
 def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check]]:
     cost = G.threshold(gates, "level3", "tool_cost")
     extra = [*level2.QUICK, *QUICK] if args.quick else []
-    ckpt = level2.sft_start(args, root.parent / ("level2-quick" if args.quick else "level2"), results)
+    ckpt = level2.sft_start(args, root, results, SLIPS)
     if "start" not in results:  # the SFT start on the four slices (its own eval run: Level 2's had no slices)
         r, wall = common.train("default", root / "sft-eval", "run.seed=0", f"model.path={ckpt}", *level2.SIZES,
                                "stages=[eval]", *EVAL, *extra)

@@ -22,7 +22,7 @@ from tracerl.envs.math_tool.verifier import NAME as VERIFIER, check_answer
 SYSTEM = "Use <code> to compute. Give the number in <answer>."
 TAGS = ("code", "answer")
 REVISION = "math_tool-env-1"
-__all__ = ["MathToolEnv", "REVISION", "VERIFIER", "check_answer", "expert"]
+__all__ = ["MathToolEnv", "REVISION", "VERIFIER", "check_answer", "expert", "expert_plan", "slipped"]
 
 
 class MathToolEnv:
@@ -78,16 +78,38 @@ class MathToolEnv:
                     info={"tool": "python", "tool_status": res.status, "tool_latency_s": res.wall_s})
 
 
-def expert(task: Task, observations: list[str], rng: random.Random, *, tool_rate: float = 0.5) -> str:
+def slipped(program: str) -> str:
+    """`program` with its last closing parenthesis dropped: the SyntaxError a demonstration recovers from."""
+    i = program.rfind(")")
+    return program[:i] + program[i + 1:] if i >= 0 else program + ")"
+
+
+def expert_plan(task: Task, rng: random.Random, tool_rate: float, error_rate: float) -> tuple[bool, bool]:
+    """(uses the tool, its first call slips), seeded per task; one draw from `rng` whatever the rates."""
+    own = random.Random(f"{task.id}:{rng.random()}")
+    uses_tool = own.random() < tool_rate
+    return uses_tool, uses_tool and error_rate > 0 and own.random() < error_rate
+
+
+def expert(task: Task, observations: list[str], rng: random.Random, *, tool_rate: float = 0.5,
+           error_rate: float = 0.0) -> str:
     """A teacher that computes in its head (always right) or with the tool, at `tool_rate`.
 
     The tiny student cannot imitate mental arithmetic on multi-step problems, so direct answers
     fail for it: the headroom RL has to find is "use the tool". The choice is seeded per task.
+    At `error_rate` (of the episodes that use the tool) the first call slips (a SyntaxError); after any
+    failed call (its own slip, or a tool that errs: `faults.tool_error`) the teacher calls again once,
+    then answers in its head: demonstrations of recovering from a failed call.
     """
     if not observations:
-        uses_tool = random.Random(f"{task.id}:{rng.random()}").random() < tool_rate
+        uses_tool, slips = expert_plan(task, rng, tool_rate, error_rate)
         if uses_tool:
-            return f"<code>{task.metadata['program']}</code>"
+            program = task.metadata["program"]
+            return f"<code>{slipped(program) if slips else program}</code>"
         return f"<answer>{task.answer}</answer>"
-    m = re.search(r"<output>(.*)</output>", observations[-1], flags=re.DOTALL)
-    return f"<answer>{m.group(1).strip() if m else task.answer}</answer>"
+    m = re.fullmatch(r"<output>(-?\d+)</output>", observations[-1].strip())
+    if m:
+        return f"<answer>{m.group(1)}</answer>"
+    if len(observations) < 2:
+        return f"<code>{task.metadata['program']}</code>"
+    return f"<answer>{task.answer}</answer>"

@@ -20,7 +20,7 @@ from tracerl.contract.roles import TerminalReason
 from tracerl.contract.task import Task
 from tracerl.envs._verify import grade
 from tracerl.envs.base import Message, Step
-from tracerl.envs.math_tool.env import VERIFIER, MathToolEnv
+from tracerl.envs.math_tool.env import VERIFIER, MathToolEnv, expert_plan, slipped
 from tracerl.envs.native_tools import NativeTools, ToolCall, ToolSet, get_parser
 
 SYSTEM = "Use the python tool to compute. Reply with the number alone."
@@ -64,14 +64,21 @@ class MathToolNativeEnv:
 
 
 def expert(task: Task, observations: list[str], rng: random.Random, *, parser: str = "hermes",
-           tool_rate: float = 0.5) -> str:
-    """The grammar expert's choices (tool at `tool_rate`, seeded per task) written as native tool calls."""
+           tool_rate: float = 0.5, error_rate: float = 0.0) -> str:
+    """The grammar expert's choices (tool at `tool_rate`, seeded per task; a first call that slips at
+    `error_rate`, then one retry after any failed call) written as native tool calls."""
+    program = task.metadata["program"]
     if not observations:
-        if random.Random(f"{task.id}:{rng.random()}").random() < tool_rate:
-            return get_parser(parser).format_calls([ToolCall("python", {"code": task.metadata["program"]})])
+        uses_tool, slips = expert_plan(task, rng, tool_rate, error_rate)
+        if uses_tool:
+            return get_parser(parser).format_calls([ToolCall("python", {"code": slipped(program) if slips else program})])
         return str(task.answer)
     out = observations[-1].strip()
-    return out if out.lstrip("-").isdigit() else str(task.answer)
+    if out.lstrip("-").isdigit():
+        return out
+    if len(observations) < 2:
+        return get_parser(parser).format_calls([ToolCall("python", {"code": program})])
+    return str(task.answer)
 
 
 def native_spec(spec, parser: str):
