@@ -17,6 +17,14 @@ Level 2's demonstrations hold none), so RL had no retry to reward. The start is 
 Level 2's settings plus `SLIPS` (sft.expert_error_rate: the teacher's first call slips with a SyntaxError in that
 fraction of its tool episodes, and it calls again after any failed call; envs/math_tool/env.py `expert`).
 
+Attempt 5: attempt 4's start still never called again after the injected error (tool_error_once 0.010, calls
+0.79 per episode): its demonstrations showed retries only after a SyntaxError observation, never after
+`Error: the tool is unavailable.`, and they trained the slipped calls themselves (clean success 0.427 -> 0.390).
+The start is now Level 2's settings with `SFT_FAULTS` instead of `SLIPS`: the demonstrations are played through
+the same transient tool errors RL trains with (faults.tool_error, the env wrapped as in RL), so the teacher's
+calls are all correct and, where the tool errs, it calls again once. Run it under a new root
+(`--root runs/ladder/level3-sft-errors`): a finished run directory is reused whatever its settings.
+
 Five evaluation slices, every one on the same 200 held-out tasks x 2 samples (difficulty <= 0.5, the
 training range), on the SFT start and on every arm and seed:
   * unnecessary: the clean episodes whose problem has ONE operation (math_tool difficulty < 0.25: one
@@ -54,7 +62,8 @@ ALGO = ["rl.algorithm.scale=none"]
 # Attempt 3: both arms meet transient tool errors in training (30% of calls; the episode goes on), and train
 # 30 steps instead of 10 (attempt 2's seeds of one arm moved by +-0.08 after 10 steps, not separating the arms).
 TRAIN = ["faults.tool_error=0.3", "rl.steps=30"]
-SLIPS = ("sft.expert_error_rate=0.2",)  # attempt 4: demonstrations of calling again after a failed call
+SLIPS = ("sft.expert_error_rate=0.2",)  # attempt 4 (not used since attempt 5): retries after its own slipped call
+SFT_FAULTS = ("faults.tool_error=0.3",)  # attempt 5: demonstrations played through TRAIN's transient tool errors
 RECOVERY = "tool_error_once"  # the slice the error-recovery clause is judged on
 FAULT_SLICES = ("tool_error", "tool_error_once", "tool_wrong")
 EVAL = ["env.heldout_tasks=200", "eval.tasks=200", f"eval.slices=[{', '.join(FAULT_SLICES)}]"]
@@ -124,7 +133,7 @@ def measure(run_dir: Path, cost: float) -> dict:
 def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check]]:
     cost = G.threshold(gates, "level3", "tool_cost")
     extra = [*level2.QUICK, *QUICK] if args.quick else []
-    ckpt = level2.sft_start(args, root, results, SLIPS)
+    ckpt = level2.sft_start(args, root, results, SFT_FAULTS)
     if "start" not in results:  # the SFT start on the four slices (its own eval run: Level 2's had no slices)
         r, wall = common.train("default", root / "sft-eval", "run.seed=0", f"model.path={ckpt}", *level2.SIZES,
                                "stages=[eval]", *EVAL, *extra)
