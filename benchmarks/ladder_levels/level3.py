@@ -25,6 +25,9 @@ the same transient tool errors RL trains with (faults.tool_error, the env wrappe
 calls are all correct and, where the tool errs, it calls again once. Run it under a new root
 (`--root runs/ladder/level3-sft-errors`): a finished run directory is reused whatever its settings.
 
+Attempt 6: attempt 5's SFT start and its evaluation (reused from its JSON: same checkpoint), RL arms with
+`faults.tool_error_scope=task` (see `TRAIN`), under `--root runs/ladder/level3-task-errors`.
+
 Five evaluation slices, every one on the same 200 held-out tasks x 2 samples (difficulty <= 0.5, the
 training range), on the SFT start and on every arm and seed:
   * unnecessary: the clean episodes whose problem has ONE operation (math_tool difficulty < 0.25: one
@@ -61,7 +64,11 @@ ARMS = ("outcome", "tool_cost")
 ALGO = ["rl.algorithm.scale=none"]
 # Attempt 3: both arms meet transient tool errors in training (30% of calls; the episode goes on), and train
 # 30 steps instead of 10 (attempt 2's seeds of one arm moved by +-0.08 after 10 steps, not separating the arms).
-TRAIN = ["faults.tool_error=0.3", "rl.steps=30"]
+# Attempt 6: a group's members had their own error draws (seeded per reset seed), so the members that met an error
+# scored below the group mean and every action of theirs, the retry included, got a negative advantage on average
+# (attempt 5: retry success in RL fell 0.32 -> 0.16 over 30 steps though every error episode retried). With
+# faults.tool_error_scope=task a group's members meet the same errors and the baseline compares them alike.
+TRAIN = ["faults.tool_error=0.3", "faults.tool_error_scope=task", "rl.steps=30"]
 SLIPS = ("sft.expert_error_rate=0.2",)  # attempt 4 (not used since attempt 5): retries after its own slipped call
 SFT_FAULTS = ("faults.tool_error=0.3",)  # attempt 5: demonstrations played through TRAIN's transient tool errors
 RECOVERY = "tool_error_once"  # the slice the error-recovery clause is judged on

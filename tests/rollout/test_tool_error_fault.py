@@ -88,3 +88,35 @@ def test_training_with_every_call_erroring_has_no_infra_failure(tmp_path, monkey
     calls = [s for t in trajs for s in t.spans if s.kind == "observation" and s.tool_name == "python"]
     assert calls and all(s.tool_status == "tool_error" for s in calls)
     assert all(t.terminal_reason != TerminalReason.INFRA_FAILURE for t in trajs)
+
+
+def test_task_scope_draws_are_seeded_per_task_alone():
+    """`tool_error_scope: task`: call i errors exactly when the i-th draw of Random('seed:tool_error:task') is below
+    the rate, whatever the reset seed, so every episode of a task meets the same errors."""
+    spec = get_env("math_tool")
+    tasks = spec.generate("train", 12, 0)
+    cfg = FaultsConfig(tool_error=0.5, tool_error_scope="task", seed=7)
+
+    def pattern(task, reset_seed):
+        env = wrap_spec(spec, cfg).make()
+        env.reset(task, reset_seed)
+        return [env.step("<code>print(1)</code>").observation == TOOL_ERROR for _ in range(2)]
+    for t in tasks:
+        rng = random.Random(f"7:tool_error:{t.id}")
+        expected = [rng.random() < 0.5 for _ in range(2)]
+        assert pattern(t, 3) == pattern(t, 11) == expected
+    assert len({tuple(pattern(t, 0)) for t in tasks}) > 1  # the tasks do not all share one pattern
+
+
+def test_task_scope_reaches_the_envs_a_run_plays_and_a_bad_scope_is_refused():
+    """The recipe key reaches the training env (and the worker-process copy of the faults section); a scope
+    that does not exist is one sentence, exit 2."""
+    from tracerl.cli import main
+    from tracerl.config import load_recipe
+    from tracerl.run.envs import RunEnvs
+
+    recipe = load_recipe("default", ["faults.tool_error=0.5", "faults.tool_error_scope=task"])
+    env = RunEnvs.load(recipe).routes[0].spec.make()
+    assert env.cfg.tool_error_scope == "task"
+    assert FaultsConfig(**recipe.faults.model_dump()).tool_error_scope == "task"  # what RoutesRef ships to workers
+    assert main(["config", "show", "default", "faults.tool_error_scope=group"]) == 2

@@ -3,6 +3,8 @@ wraps environments and engines with them)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from tracerl.config.base import Cfg
@@ -26,6 +28,11 @@ class FaultsConfig(Cfg):
     tool_error: float = Field(0.0, ge=0.0, le=1.0)
     """Probability, per tool call, that the tool's observation is replaced by an error message (a transient
     error the policy sees: the episode goes on, it may call again or answer; not an infrastructure failure)."""
+    tool_error_scope: Literal["episode", "task"] = "episode"
+    """Whose draws `tool_error` uses: `episode` (seeded by the task id and the episode's reset seed: each member of
+    a group meets its own errors) or `task` (seeded by the task id alone: call k of every episode of a task errs or
+    not alike, so a group's members meet the same errors and the group baseline compares them under the same
+    conditions; an exogenous error no longer lowers the advantage of whatever the unlucky members did)."""
     engine_error: float = Field(0.0, ge=0.0, le=1.0)
     """Probability, per row and turn, that the engine's generate fails for that row."""
     hang_s: float = Field(0.5, gt=0.0, le=600.0)

@@ -18,7 +18,9 @@ recover from (call again, or answer). The call itself runs (a stateful env keeps
 step's info gets `fault="tool_error"` and `tool_status="tool_error"` (its span's status: counted by
 telemetry as `tool/status_tool_error` and in `tool/error_rate`, never in `rollout/infra_failures`). The
 draws come from their own generator, seeded like the others, so adding `tool_error` leaves the other
-faults' draws as they were and `tool_error: 0` draws nothing.
+faults' draws as they were and `tool_error: 0` draws nothing. With `tool_error_scope: task` that generator is
+seeded by the task id alone: every episode of a task (a group's members, a later visit) meets the same errors
+at the same call numbers.
 
 Engine errors (`engine_error`): `wrap_engine` makes a session's `generate` raise when a row of the
 call is drawn to fail (seeded by faults.seed, the row's key and its tokens); the agent loop retries
@@ -58,7 +60,8 @@ class FaultyEnv:
 
     def reset(self, task, seed: int):
         self.rng = random.Random(f"{self.cfg.seed}:{getattr(task, 'id', '')}:{seed}")
-        self.tool_rng = random.Random(f"{self.cfg.seed}:tool_error:{getattr(task, 'id', '')}:{seed}")
+        scope = f":{seed}" if self.cfg.tool_error_scope == "episode" else ""  # `task`: a group shares its errors
+        self.tool_rng = random.Random(f"{self.cfg.seed}:tool_error:{getattr(task, 'id', '')}{scope}")
         return self.inner.reset(task, seed)
 
     def state_hash(self) -> str:
