@@ -14,13 +14,13 @@ tool, which this model does right 0.08 of the time, so that slice cannot rise by
 
 Attempt 4: attempt 3's policy never called again after a failed call (its start had never seen a failed call:
 Level 2's demonstrations hold none), so RL had no retry to reward. The start is now Level 3's own SFT run,
-Level 2's settings plus `SLIPS` (sft.expert_error_rate: the teacher's first call slips with a SyntaxError in that
+Level 2's settings plus `sft.expert_error_rate=0.2` (the teacher's first call slips with a SyntaxError in that
 fraction of its tool episodes, and it calls again after any failed call; envs/math_tool/env.py `expert`).
 
 Attempt 5: attempt 4's start still never called again after the injected error (tool_error_once 0.010, calls
 0.79 per episode): its demonstrations showed retries only after a SyntaxError observation, never after
 `Error: the tool is unavailable.`, and they trained the slipped calls themselves (clean success 0.427 -> 0.390).
-The start is now Level 2's settings with `SFT_FAULTS` instead of `SLIPS`: the demonstrations are played through
+The start is now Level 2's settings with `SFT_FAULTS` instead of the slips: the demonstrations are played through
 the same transient tool errors RL trains with (faults.tool_error, the env wrapped as in RL), so the teacher's
 calls are all correct and, where the tool errs, it calls again once. Run it under a new root
 (`--root runs/ladder/level3-sft-errors`): a finished run directory is reused whatever its settings.
@@ -69,7 +69,6 @@ ALGO = ["rl.algorithm.scale=none"]
 # (attempt 5: retry success in RL fell 0.32 -> 0.16 over 30 steps though every error episode retried). With
 # faults.tool_error_scope=task a group's members meet the same errors and the baseline compares them alike.
 TRAIN = ["faults.tool_error=0.3", "faults.tool_error_scope=task", "rl.steps=30"]
-SLIPS = ("sft.expert_error_rate=0.2",)  # attempt 4 (not used since attempt 5): retries after its own slipped call
 SFT_FAULTS = ("faults.tool_error=0.3",)  # attempt 5: demonstrations played through TRAIN's transient tool errors
 RECOVERY = "tool_error_once"  # the slice the error-recovery clause is judged on
 FAULT_SLICES = ("tool_error", "tool_error_once", "tool_wrong")
