@@ -28,6 +28,9 @@ calls are all correct and, where the tool errs, it calls again once. Run it unde
 Attempt 6: attempt 5's SFT start and its evaluation (reused from its JSON: same checkpoint), RL arms with
 `faults.tool_error_scope=task` (see `TRAIN`), under `--root runs/ladder/level3-task-errors`.
 
+Attempt 7: attempt 6's settings with 16 prompts per step and lr 2.5e-4 (see `TRAIN`), attempt 5's start and
+evaluation reused again, under `--root runs/ladder/level3-bigger-batch`.
+
 Five evaluation slices, every one on the same 200 held-out tasks x 2 samples (difficulty <= 0.5, the
 training range), on the SFT start and on every arm and seed:
   * unnecessary: the clean episodes whose problem has ONE operation (math_tool difficulty < 0.25: one
@@ -68,7 +71,12 @@ ALGO = ["rl.algorithm.scale=none"]
 # scored below the group mean and every action of theirs, the retry included, got a negative advantage on average
 # (attempt 5: retry success in RL fell 0.32 -> 0.16 over 30 steps though every error episode retried). With
 # faults.tool_error_scope=task a group's members meet the same errors and the baseline compares them alike.
-TRAIN = ["faults.tool_error=0.3", "faults.tool_error_scope=task", "rl.steps=30"]
+# Attempt 7: attempt 6 lowered clean success too, in both arms (outcome 0.347-0.367 against the start's 0.420),
+# with per-step reward swinging 0.22-0.81 on 8 prompts: the update was too noisy and too large for this start.
+# Twice the prompts per step (16 x 8: 30 steps see 480 prompts) and half the lr (2.5e-4, Level 4 attempt 2's fix
+# for its collapses), both arms; attempt 5's start and its evaluation (reused).
+TRAIN = ["faults.tool_error=0.3", "faults.tool_error_scope=task", "rl.steps=30", "rl.prompts_per_step=16",
+         "rl.lr=0.00025"]
 SFT_FAULTS = ("faults.tool_error=0.3",)  # attempt 5: demonstrations played through TRAIN's transient tool errors
 RECOVERY = "tool_error_once"  # the slice the error-recovery clause is judged on
 FAULT_SLICES = ("tool_error", "tool_error_once", "tool_wrong")
