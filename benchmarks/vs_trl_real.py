@@ -16,6 +16,9 @@ budgets (96 tokens, 32 new) and temperature 0.7, lr 3e-5, `--prompts` x `--group
   through the learner (zero-advantage rows included), as TRL trains every row;
 - `tracerl_bf16` / `trl_bf16` (opt-in arms): the same with `model.autocast=bf16` / `GRPOConfig(bf16=True)`,
   bf16 autocast around the forwards (weights and optimizer state stay fp32);
+- `tracerl_bf16e` (opt-in): `tracerl_bf16` plus `engine.dtype=bfloat16`: the rollout engine samples from a
+  bfloat16 copy of the weights refreshed at every sync (half the bytes read per decode step; the learner keeps
+  fp32 weights under bf16 autocast); it is compared with `trl_bf16`;
 - `trl`: `GRPOTrainer` (TRL's defaults otherwise, gradient checkpointing on) with a `rollout_func` that plays the same env through this project's agent
   loop with Hugging Face `generate` on the trainer's model (TRL's CPU generation path), its log-probs
   passed along; every row trained.
@@ -63,7 +66,8 @@ def _recipe():
     return load_recipe("smollm2")
 
 
-def run_tracerl(model: str, steps: int, seed: int, prompts: int, group: int, threads: int, bf16: bool = False) -> dict:
+def run_tracerl(model: str, steps: int, seed: int, prompts: int, group: int, threads: int, bf16: bool = False,
+                bf16_engine: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="vs-trl-real-") as d:
         cmd = [sys.executable, "-m", "tracerl.cli", "train", "smollm2", f"model.path={model}", "model.gguf_file=null",
                "stages=[rl]", f"rl.steps={steps}", f"rl.prompts_per_step={prompts}", f"rl.group_size={group}",
@@ -71,6 +75,8 @@ def run_tracerl(model: str, steps: int, seed: int, prompts: int, group: int, thr
                "run.progress=false", f"run.seed={seed}", "rl.algorithm.entropy.coef=1e-9", f"run.dir={d}/run"]
         if bf16:
             cmd.append("model.autocast=bf16")
+        if bf16_engine:
+            cmd.append("engine.dtype=bfloat16")
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
         if out.returncode != 0:
             raise RuntimeError(f"tracerl train failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
@@ -156,10 +162,13 @@ def _rep_summary(r: dict) -> dict:
     return out
 
 
+PAIRS = (("tracerl", "trl", ""), ("tracerl_bf16", "trl_bf16", "_bf16"), ("tracerl_bf16e", "trl_bf16", "_bf16e"))
+
+
 def summarise(runs: dict[str, list[dict]]) -> dict:
     reps = {arm: [_rep_summary(r) for r in rs] for arm, rs in runs.items()}
     out = {arm: {k: _med([x[k] for x in rs]) for k in rs[0]} for arm, rs in reps.items()}
-    for ours, theirs, tag in (("tracerl", "trl", ""), ("tracerl_bf16", "trl_bf16", "_bf16")):
+    for ours, theirs, tag in PAIRS:
         if ours in reps and theirs in reps:
             pairs = list(zip(reps[ours], reps[theirs]))
             for k in ("step_s", "rollout_s", "learner_s"):
@@ -182,9 +191,11 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.arm:
-        fn = run_trl if args.arm.startswith("trl") else run_tracerl
-        res = fn(args.hf_dir, args.steps, args.seed, args.prompts, args.group, int(args.threads),
-                 bf16=args.arm.endswith("_bf16"))
+        common = (args.hf_dir, args.steps, args.seed, args.prompts, args.group, int(args.threads))
+        if args.arm.startswith("trl"):
+            res = run_trl(*common, bf16=args.arm.endswith("_bf16"))
+        else:
+            res = run_tracerl(*common, bf16="_bf16" in args.arm, bf16_engine=args.arm.endswith("_bf16e"))
         print("RESULT " + json.dumps(res))
         return 0
     convert(args.hf_dir)
@@ -216,7 +227,7 @@ def main(argv=None) -> int:
                 m = s[arm]
                 print(f"  {arm:8s} step {m['step_s']:.2f}s  rollout {m['rollout_s']:.2f}s  learner {m['learner_s']:.2f}s  "
                       f"gen {m['gen_tok_s']:.0f} tok/s  peak RSS {m['peak_rss_mb']:.0f} MB")
-            for tag in ("", "_bf16"):
+            for _, _, tag in PAIRS:
                 if f"trl_over_tracerl{tag}_step_s" in s:
                     print(f"  TRL{tag} / tracerl{tag} (median of per-rep ratios): step "
                           f"{s[f'trl_over_tracerl{tag}_step_s']:.2f}x  rollout {s[f'trl_over_tracerl{tag}_rollout_s']:.2f}x  "

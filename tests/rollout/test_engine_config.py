@@ -8,7 +8,6 @@ from tracerl.errors import UserError
 
 
 @pytest.mark.parametrize("overrides, needle", [
-    (["engine.dtype=bfloat16"], "set model.dtype instead"),
     (["engine.name=hf", "engine.max_model_len=512"], "applies to engine.name vllm only"),
     (["engine.name=vllm", "gateway.agent=examples/gateway_agent/agent.py:run"], "gateway.agent does not combine with engine.name: vllm"),
     (["engine.name=bogus"], "engine.name"),
@@ -22,6 +21,30 @@ def test_bad_engine_settings_are_refused_in_one_sentence(overrides, needle):
                                        ["learner.ranks=2", "model.device=cpu"], ["rl.mode=async", "model.lora.r=8"]])
 def test_engines_combine_with_every_mode_at_load(overrides):
     assert load_recipe("smoke", ["engine.name=hf", *overrides]).engine.name == "hf"
+
+
+def test_the_torch_engine_in_another_dtype_samples_its_own_copy_synced_by_version(tiny):
+    """engine.dtype on the torch engine: the learner's dtype shares the module (a sync is a version bump);
+    another dtype is a plain copy of its own in that dtype, which a sync refreshes from the learner."""
+    import torch
+
+    from tracerl.rollout.engine_api import sync_weights
+    from tracerl.rollout.engines import build_engine
+
+    *_, model, tok = tiny
+    shared = build_engine(load_recipe("smoke", ["engine.dtype=float32"]).engine, model, tok)
+    assert shared.model is model and not shared.owns_weights
+    eng = build_engine(load_recipe("smoke", ["engine.dtype=bfloat16"]).engine, model, tok)
+    assert eng.owns_weights and eng.model is not model
+    assert {p.dtype for p in eng.model.parameters()} == {torch.bfloat16} and next(model.parameters()).dtype == torch.float32
+    name, p = next(iter(model.named_parameters()))
+    with torch.no_grad():
+        p.add_(0.5)  # an update of the learner
+    assert not torch.equal(eng.model.state_dict()[name], p.to(torch.bfloat16))
+    assert sync_weights(eng, model, 3) and eng.version == 3
+    assert torch.equal(eng.model.state_dict()[name], p.detach().to(torch.bfloat16))
+    with torch.no_grad():
+        p.sub_(0.5)
 
 
 def test_a_resolved_config_round_trips():

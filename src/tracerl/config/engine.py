@@ -17,9 +17,11 @@ class EngineConfig(Cfg):
     `hf`: Hugging Face `model.generate` on a copy of the weights, synced after every update; `vllm`: an
     in-process `vllm.LLM` (GPU only, `pip install 'tracerl[vllm]'`), synced by version without a restart."""
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
-    """dtype of the engine's own copy of the weights (`hf`, `vllm`); null: the learner's dtype
-    (`model.dtype`). A copy in another dtype than the learner's samples a slightly different policy,
-    which the engine probe (`gates.probe_logprob_diff_max`) measures."""
+    """dtype of the engine's own copy of the weights; null: the learner's dtype (`model.dtype`). `torch`:
+    another dtype than the learner's gives the engine a plain copy of its own in that dtype, refreshed at every
+    weight sync (e.g. an fp32 learner sampling from bfloat16 weights: half the bytes read per decode step);
+    the learner's dtype keeps the shared module. A copy in another dtype samples a slightly different policy,
+    which the behaviour log-probs record and the engine probe (`gates.probe_logprob_diff_max`) measures."""
     gpu_memory_utilization: float = Field(0.35, gt=0.0, le=0.95)
     """`vllm`: share of the GPU's memory vLLM may take (weights + KV cache); the learner needs the rest."""
     max_model_len: int | None = Field(None, ge=16)
@@ -29,9 +31,6 @@ class EngineConfig(Cfg):
 
     @model_validator(mode="after")
     def _keys_of_the_engine(self) -> EngineConfig:
-        if self.name == "torch" and self.dtype is not None:
-            raise ValueError("engine.dtype is the dtype of an engine's own weight copy (engine.name hf or vllm); the torch "
-                             "engine samples from the learner's module, so set model.dtype instead or unset engine.dtype")
         if self.name != "vllm":
             # by value, not by "was it set": a resolved config (config.yaml) round-trips
             set_here = [k for k in _VLLM_ONLY if getattr(self, k) != type(self).model_fields[k].default]

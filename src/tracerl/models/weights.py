@@ -43,6 +43,14 @@ def plain_state_dict(model, *, clone: bool = False) -> dict[str, torch.Tensor]:
     return out
 
 
+def engine_copy(model, dtype: str | torch.dtype | None = None, device=None):
+    """A rollout engine's own copy of the policy `model`: `plain_copy` in `dtype`, under the model's autocast."""
+    from tracerl.models.precision import DTYPES, autocast_dtype, set_autocast
+
+    mode = autocast_dtype(model)
+    return set_autocast(plain_copy(model, dtype=dtype, device=device), next((k for k, v in DTYPES.items() if v == mode), None))
+
+
 def plain_copy(model, *, dtype: str | torch.dtype | None = None, device=None):
     """A new plain module holding `plain_state_dict(model)` (eval mode, no gradients), in `dtype` on `device`
     (default: the model's). Built without drawing from torch's global generator, so the run's RNG is untouched."""

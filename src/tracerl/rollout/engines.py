@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tracerl.errors import UserError
+from tracerl.models.weights import engine_copy
 from tracerl.rollout.engine import TorchEngine
 
 
@@ -17,12 +18,14 @@ def engine_problem(cfg) -> str | None:
 
 def build_engine(cfg, model, tokenizer, *, seed: int = 0, max_model_len: int = 4096, device=None):
     """The engine of `cfg` over the learner `model` (the torch engine shares it, on `device`, default the
-    CPU; hf copies it where it lies; vllm loads its own)."""
+    CPU, or samples its own copy in `cfg.dtype`; hf copies it where it lies; vllm loads its own)."""
     problem = engine_problem(cfg)
     if problem:
         raise UserError(problem)
     if cfg.name == "torch":
-        return TorchEngine(model, tokenizer, device=device or "cpu")
+        if cfg.dtype is None or cfg.dtype == str(next(model.parameters()).dtype).removeprefix("torch."):
+            return TorchEngine(model, tokenizer, device=device or "cpu")  # the learner's module: a sync is a version
+        return TorchEngine(engine_copy(model, cfg.dtype, device), tokenizer, device=device or "cpu", owns_weights=True)
     if cfg.name == "hf":
         from tracerl.rollout.hf_engine import HFGenerateEngine
 

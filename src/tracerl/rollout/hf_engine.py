@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import torch
 
 from tracerl.algorithms.logprobs import process_logits
-from tracerl.models.precision import DTYPES, autocast_dtype, forward_context, set_autocast
+from tracerl.models.precision import forward_context
 from tracerl.rollout.sampling import Sample
 from tracerl.rollout.stops import StopRules, row_budgets
 
@@ -73,12 +73,9 @@ class HFGenerateEngine:
     def from_learner(cls, model, tokenizer, *, dtype: str | torch.dtype | None = None) -> HFGenerateEngine:
         """An engine on its own plain copy of `model` (LoRA merged; in `dtype` when given; under the model's
         autocast), synced by `load_weights`."""
-        from tracerl.models.weights import plain_copy
+        from tracerl.models.weights import engine_copy
 
-        twin = plain_copy(model, dtype=dtype)
-        mode = autocast_dtype(model)
-        set_autocast(twin, next((k for k, v in DTYPES.items() if v == mode), None))
-        return cls(twin, tokenizer, owns_weights=True)
+        return cls(engine_copy(model, dtype=dtype), tokenizer, owns_weights=True)
 
     @property
     def owns_weights(self) -> bool:

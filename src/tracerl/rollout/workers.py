@@ -315,7 +315,7 @@ def worker_settings(model, tokenizer, recipe, spec_ref, hashes: dict[str, str], 
 
     cls, config = plain_architecture(model)
     engine = recipe.engine
-    dtype = (engine.dtype if engine.name == "hf" else None) or param_dtype(model)
+    dtype = (engine.dtype if engine.name in ("hf", "torch") else None) or param_dtype(model)
     kwargs = {}
     if engine.name == "vllm":
         from tracerl.rollout.vllm_engine import vllm_dtype, vllm_model_dir
