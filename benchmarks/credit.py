@@ -114,9 +114,38 @@ def row_of(run_dir: Path) -> dict:
             "per_min": 60 * train["successes"] / max(rl_wall, 1e-9), "wall_s": summary["wall_s"]}
 
 
-def _finished(run_dir: Path) -> bool:
+def _finished(run_dir: Path, recipe: str | None = None, overrides: list[str] = ()) -> bool:
+    """Whether `run_dir` holds a finished run; given the `recipe` and `overrides` it is meant to hold, a finished
+    run trained under other settings is refused (SystemExit, one sentence), never reused as if it matched."""
     summary = run_dir / "summary.json"
-    return summary.exists() and "wall_s" in json.loads(summary.read_text())
+    done = summary.exists() and "wall_s" in json.loads(summary.read_text())
+    if done and recipe is not None:
+        why = settings_differ(run_dir, recipe, overrides)
+        if why:
+            raise SystemExit(f"error: {run_dir} holds a finished run trained with other settings ({why}); "
+                             "run under a new --root, or remove that directory")
+    return done
+
+
+def settings_differ(run_dir: Path, recipe: str, overrides: list[str]) -> str | None:
+    """The first setting at which `run_dir`'s config.yaml differs from what `recipe` + `overrides` resolve to
+    ('key: there, here'), or None. Settings one side lacks (added to tracerl after the run) are not compared."""
+    import yaml
+
+    from tracerl.config import load_recipe
+
+    def first(have, want, path=""):
+        if isinstance(have, dict) and isinstance(want, dict):
+            for k in sorted(set(have) & set(want)):
+                if k != "dir" or path != "run":  # where the run lies is not a setting
+                    d = first(have[k], want[k], f"{path}.{k}" if path else k)
+                    if d:
+                        return d
+            return None
+        return None if have == want else f"{path}: {have!r} there, {want!r} here"
+
+    return first(yaml.safe_load((run_dir / "config.yaml").read_text()),
+                 load_recipe(recipe, list(overrides)).model_dump(mode="json"))
 
 
 def _train(recipe: str, overrides: list[str]) -> None:
@@ -156,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             if not (sft / "checkpoints" / "step_0").exists():
                 _train(recipe, overrides)
             for recipe, overrides, where in runs:
-                if not _finished(where):
+                if not _finished(where, recipe, overrides):
                     _train(recipe, overrides)
     rows = [row_of(d) for d in sorted(root.iterdir()) if not d.name.endswith("sft") and _finished(d)]
     print(table(rows))

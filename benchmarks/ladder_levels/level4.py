@@ -151,7 +151,7 @@ def run(args, gates: dict, root: Path, results: dict) -> tuple[str, list[G.Check
 
     def one(job):
         recipe, overrides, where = job
-        if not credit._finished(where):
+        if not credit._finished(where, recipe, overrides):
             credit._train(recipe, overrides)
         return where
 

@@ -60,3 +60,27 @@ def test_plan_covers_both_envs_with_each_algorithm():
             assert r.model.path == f"{sft}/checkpoints/step_0"
             if r.rl.algorithm.name == "ppo":
                 assert r.roles.critic.pretrain_steps == 2
+
+
+def test_a_finished_run_under_other_settings_is_refused_not_reused(tmp_path):
+    """A benchmark root reused for another attempt: the finished run there is reused only when its config.yaml
+    matches what the overrides resolve to (run.dir aside); otherwise one sentence naming the first difference."""
+    import json
+
+    import pytest
+    import yaml
+
+    from credit import _finished
+    from tracerl.config import load_recipe
+
+    where = tmp_path / "run"
+    where.mkdir()
+    assert not _finished(where, "smoke", ["rl.truncation=keep"])  # nothing there yet
+    there = load_recipe("smoke", [f"run.dir={tmp_path / 'elsewhere'}", "rl.truncation=keep"]).model_dump(mode="json")
+    del there["faults"]  # a run from before a section existed: what it lacks is not compared
+    (where / "config.yaml").write_text(yaml.safe_dump(there, sort_keys=False))
+    (where / "summary.json").write_text(json.dumps({"wall_s": 1.0}))
+    assert _finished(where, "smoke", [f"run.dir={where}", "rl.truncation=keep"])
+    assert _finished(where)  # no settings given: finished is finished
+    with pytest.raises(SystemExit, match=r"rl\.truncation: 'keep' there, 'penalize' here.*new --root"):
+        _finished(where, "smoke", [f"run.dir={where}", "rl.truncation=penalize"])
