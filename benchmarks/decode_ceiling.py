@@ -70,11 +70,13 @@ def ceiling(cfg: dict, params: int, rows: int, ctx: int, hw: dict, dtype: str = 
             "bound": "memory" if t_mem >= t_cmp else "compute"}
 
 
-def pure_decode(model, tok, prompt: list[int], rows: int, new: int, reps: int, bf16_model=None) -> dict:
+def pure_decode(model, tok, prompt: list[int], rows: int, new: int, reps: int, bf16_model=None,
+                bf16_weights=None) -> dict:
     from tracerl.rollout import TorchEngine
 
     eng = TorchEngine(model, tok)
     eng16 = TorchEngine(bf16_model, tok) if bf16_model is not None else None
+    engw = TorchEngine(bf16_weights, tok) if bf16_weights is not None else None
     prompts = [prompt] * rows
     ids = torch.tensor(prompts)
     mask = torch.ones_like(ids)
@@ -88,7 +90,8 @@ def pure_decode(model, tok, prompt: list[int], rows: int, new: int, reps: int, b
                                       top_k=0, max_new_tokens=n, min_new_tokens=n, pad_token_id=tok.pad_token_id,
                                       return_dict_in_generate=True, output_scores=True)
 
-    arms = [("tracerl", ours), ("hf", hf)] + ([("tracerl_bf16", lambda n: ours(n, eng16))] if eng16 else [])
+    arms = [("tracerl", ours), ("hf", hf)] + ([("tracerl_bf16", lambda n: ours(n, eng16))] if eng16 else []) + (
+        [("tracerl_bf16w", lambda n: ours(n, engw))] if engw else [])
     times = {name: [] for name, _ in arms}
     with torch.no_grad():
         for r in range(reps):
@@ -108,7 +111,7 @@ def main(argv=None) -> int:
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rollout-prompts", type=int, default=4, help="0 skips the math_tool rollouts")
-    ap.add_argument("--bf16", action="store_true", help="also tracerl under model.autocast=bf16 (bf16 ceiling)")
+    ap.add_argument("--bf16", action="store_true", help="also tracerl under model.autocast=bf16 and on bf16 weights (engine.dtype=bfloat16), against the bf16 ceiling; rollouts add HF generate on the same bf16 weights")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -128,19 +131,22 @@ def main(argv=None) -> int:
     env = get_env("math_tool").make()
     messages = env.reset(task, seed=0)
     prompt, _ = render_prompt(tok, messages)
-    m16 = None
+    m16 = w16 = None
     if args.bf16:
         import copy
 
         from tracerl.models.precision import set_autocast
 
+        from tracerl.models.weights import engine_copy
+
         m16 = set_autocast(copy.deepcopy(model), "bf16").eval()
+        w16 = engine_copy(model, "bfloat16")  # engine.dtype=bfloat16: the weights themselves in bf16
     res = {"threads": args.threads, "machine": hw, "params": params, "prompt_tokens": len(prompt), "decode": []}
     for rows in (int(r) for r in args.rows.split(",")):
         hw = machine(args.reps)  # re-measured next to each decode measurement: the load moves
         res.setdefault("machine_at_rows", {})[rows] = hw
         c = ceiling(cfg, params, rows, len(prompt) + args.new // 2, hw)
-        d = pure_decode(model, tok, prompt, rows, args.new, args.reps, bf16_model=m16)
+        d = pure_decode(model, tok, prompt, rows, args.new, args.reps, bf16_model=m16, bf16_weights=w16)
         res["decode"].append(c | d | {"tracerl_of_ceiling": d["tracerl"] / c["ceiling_tok_s"],
                                       "tracerl_of_mem_ceiling": d["tracerl"] / c["mem_tok_s"]})
         if not args.json:
@@ -151,23 +157,28 @@ def main(argv=None) -> int:
         if m16 is not None:
             c16 = ceiling(cfg, params, rows, len(prompt) + args.new // 2, hw, "bf16")
             res["decode"][-1] |= {"bf16_ceiling": c16, "tracerl_bf16_of_bf16_ceiling":
-                                  d["tracerl_bf16"] / c16["ceiling_tok_s"]}
+                                  d["tracerl_bf16"] / c16["ceiling_tok_s"],
+                                  "tracerl_bf16w_of_bf16_ceiling": d["tracerl_bf16w"] / c16["ceiling_tok_s"]}
             if not args.json:
                 print(f"rows {rows} bf16: ceiling {c16['ceiling_tok_s']:.0f} tok/s ({c16['bound']}-bound); tracerl "
                       f"bf16 autocast {d['tracerl_bf16']:.0f} tok/s = {d['tracerl_bf16'] / c16['ceiling_tok_s']:.0%} "
-                      f"of it, {d['tracerl_bf16'] / d['tracerl']:.2f}x fp32", flush=True)
+                      f"of it, {d['tracerl_bf16'] / d['tracerl']:.2f}x fp32; bf16 weights (engine.dtype) "
+                      f"{d['tracerl_bf16w']:.0f} tok/s = {d['tracerl_bf16w'] / c16['ceiling_tok_s']:.0%} of it, "
+                      f"{d['tracerl_bf16w'] / d['tracerl']:.2f}x fp32", flush=True)
     if args.rollout_prompts:
         from rollout import bench_env
 
         r = bench_env("math_tool", hf_dir, prompts=args.rollout_prompts, group=8, reps=args.reps, seed=0,
-                      engines=("tracerl", "hf"))
-        res["rollout"] = {"median": r["median"], "gen_ratio_vs_hf": r["gen_ratio_vs_hf"],
-                          "rollout_ratio_vs_hf": r["rollout_ratio_vs_hf"]}
+                      engines=("tracerl", "hf") + (("tracerl_bf16", "hf_bf16") if args.bf16 else ()))
+        res["rollout"] = {k: v for k, v in r.items() if k == "median" or "ratio" in k}
         if not args.json:
             for e, m in r["median"].items():
                 print(f"math_tool {args.rollout_prompts}x8 {e:8s} gen {m['gen_tok_s']:.0f} tok/s "
                       f"({m['tokens']:.0f} tokens, {m['turns_per_episode']:.2f} turns)")
             print(f"math_tool tracerl/hf: generation {r['gen_ratio_vs_hf']:.2f}x, rollout {r['rollout_ratio_vs_hf']:.2f}x")
+            if args.bf16:
+                print(f"math_tool tracerl with bf16 weights: generation {r['gen_ratio_bf16_vs_hf']:.2f}x hf (fp32), "
+                      f"{r['gen_ratio_bf16_vs_hf_bf16']:.2f}x hf on the same bf16 weights")
     if args.json:
         print(json.dumps(res, indent=2))
     else:

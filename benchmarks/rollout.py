@@ -141,8 +141,18 @@ def bench_env(name: str, model_dir: str, *, prompts: int, group: int, reps: int,
                           max_new_tokens=max_new_tokens or env.max_new_tokens)
     sampling = {"temperature": recipe.sampling.temperature, "top_p": recipe.sampling.top_p,
                 "top_k": recipe.sampling.top_k}
+    bf16 = []  # one bfloat16 copy (engine.dtype=bfloat16), made when an arm needs it
+
+    def copy16():
+        if not bf16:
+            from tracerl.models.weights import engine_copy
+
+            bf16.append(engine_copy(model, "bfloat16"))
+        return bf16[0]
+
     make = {"tracerl": lambda: TorchEngine(model, tok), "plain": lambda: TorchEngine(model, tok, fast=False),
-            "hf": lambda: HFGenerateEngine(model, tok)}
+            "hf": lambda: HFGenerateEngine(model, tok), "tracerl_bf16": lambda: TorchEngine(copy16(), tok),
+            "hf_bf16": lambda: HFGenerateEngine(copy16(), tok)}
     tasks_all = spec.generate("train", prompts * reps, seed)
     runs: dict[str, list[dict]] = {e: [] for e in engines}
     for r in range(reps):
@@ -155,6 +165,11 @@ def bench_env(name: str, model_dir: str, *, prompts: int, group: int, reps: int,
            "budgets": vars(budgets), "params": sum(p.numel() for p in model.parameters()), "median": med,
            "runs": runs}
     for e in engines:
+        if e == "tracerl_bf16" and "hf" in med:  # bfloat16 weights against HF generate as TRL runs it, and in bf16
+            for base in ("hf", "hf_bf16"):
+                if base in med:
+                    out[f"gen_ratio_bf16_vs_{base}"] = statistics.median(
+                        a["gen_tok_s"] / b["gen_tok_s"] for a, b in zip(runs[e], runs[base]))
         if e != "tracerl" and "tracerl" in med:
             out[f"gen_ratio_vs_{e}"] = statistics.median(
                 a["gen_tok_s"] / b["gen_tok_s"] for a, b in zip(runs["tracerl"], runs[e]))
