@@ -64,3 +64,29 @@ def test_vllm_is_refused_before_the_run_writes_anything(tmp_path):
     with pytest.raises(UserError) as err:
         run_recipe(load_recipe("smoke", [f"run.dir={run_dir}", "engine.name=vllm"]))
     assert str(err.value) == problem and "engine.name=torch" in problem and not run_dir.exists()
+
+
+def test_an_engine_copy_sleeps_through_the_update_and_wakes_with_the_new_weights(tiny):
+    """`sleep` frees the copy's weights (the learner's memory while it updates); generating while asleep is
+    refused in one sentence; the publish's `load_weights` wakes it with the new version, same tokens as a copy
+    that never slept. A shared module never sleeps."""
+    import torch
+
+    from tracerl.rollout.engine_api import sleep_engine, sync_weights
+    from tracerl.rollout.engines import build_engine
+
+    *_, model, tok = tiny
+    cfg = load_recipe("smoke", ["engine.dtype=bfloat16"]).engine
+    eng, awake = build_engine(cfg, model, tok), build_engine(cfg, model, tok)
+    before = sum(p.numel() for p in eng.model.parameters())
+    sleep_engine(eng)
+    assert sum(p.numel() for p in eng.model.parameters()) == 0 < before
+    with pytest.raises(RuntimeError, match="asleep"):
+        eng.generate([[1, 2, 3]], max_new_tokens=2)
+    assert sync_weights(eng, model, 1) and sync_weights(awake, model, 1)
+    assert sum(p.numel() for p in eng.model.parameters()) == before
+    gen = lambda e: e.generate([[1, 2, 3]] * 2, max_new_tokens=4, generator=torch.Generator().manual_seed(0))  # noqa: E731
+    assert [s.token_ids for s in gen(eng)] == [s.token_ids for s in gen(awake)]
+    shared = build_engine(load_recipe("smoke").engine, model, tok)
+    sleep_engine(shared)
+    assert shared.model is model and all(p.numel() for p in model.parameters())

@@ -53,6 +53,17 @@ def test_a_float32_copy_passes_and_is_probed_after_every_sync(tmp_path, parity_e
     assert RunDir(run_dir).store.events("gate") == []
 
 
+def test_the_drivers_engine_copy_follows_every_async_update(tmp_path):
+    """rl.mode=async: the workers sample, but the driver's engine (held-out evaluation, the probe) holds a copy of
+    its own under engine.name=hf; each publish syncs it too, so the probe after step 2 still agrees with the
+    learner (a copy left at version 0 would score step 2's policy with step 0's weights)."""
+    run_dir = tmp_path / "run"
+    run_recipe(load_recipe("smoke", [f"run.dir={run_dir}", "rl.mode=async", "engine.name=hf", "run.threads=1",
+                                     f"gates.probe_logprob_diff_max={LIMIT}", "gates.probe_every=1"]))
+    probes = _probe_steps(run_dir)
+    assert sorted(probes) == [1, 2] and max(probes.values()) < LIMIT
+
+
 class _SlippedEngine(TorchEngine):
     """The torch engine with a temperature slip of +0.3 in the engine only (the learner scores at T)."""
 

@@ -38,6 +38,7 @@ from tracerl.algorithms.spec.terms import Decoupled
 from tracerl.contract.serialize import from_dict, to_dict
 from tracerl.contract.task import Task
 from tracerl.rollout.agent_loop import LoopBudgets
+from tracerl.rollout.engine_api import sync_weights
 from tracerl.rollout.parallel import adapters_suffice
 from tracerl.rollout.weight_sync import SyncMeter, payload
 from tracerl.rollout.worker_pool import WorkerPool
@@ -74,10 +75,11 @@ class AsyncSource:
     """Rollouts from workers running ahead of the learner (see the module docstring)."""
 
     def __init__(self, *, recipe, algo, sampler, spec, state, budgets, astate, grader, tokenizer, tokenizer_hashes,
-                 store, until: int, model, worker_factory=None):
+                 store, until: int, model, worker_factory=None, engine=None):
         from tracerl.rollout.ray_backend import ray_workers
 
         cfg = recipe.rl
+        self.engine = engine  # the driver's engine (held-out evaluation, the probe): synced at every publish
         self.recipe, self.algorithm, self.sampler, self.state, self.astate = recipe, algo, sampler, state, astate
         self.grader, self.tokenizer, self.store, self.until, self.budgets = grader, tokenizer, store, until, budgets
         self.n_roll = algo.rollouts_per_task(cfg.group_size)
@@ -241,8 +243,13 @@ class AsyncSource:
         return StepRollouts(kept, admitted, entropy, report, selection, sum(r.busy_s for r, _, _ in taken), metrics,
                             line)
 
+    def before_update(self) -> None:
+        pass  # the workers keep sampling while the learner updates
+
     def publish(self, model, version: int) -> bool:
         self._publish(model, version)  # the workers' next jobs (or turns, with partial rollouts) use it
+        if self.engine is not None:  # an engine copy of its own in the driver would otherwise evaluate version 0
+            sync_weights(self.engine, model, version)
         return True
 
     def batch_metrics(self, batch, captured: dict) -> dict[str, float]:

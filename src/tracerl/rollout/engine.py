@@ -62,6 +62,7 @@ class TorchEngine:
         self.model, self.tokenizer, self.device = model, tokenizer, torch.device(device)
         self.fast = fast
         self.version, self._owns = 0, owns_weights
+        self._asleep: dict[str, torch.Size] | None = None  # the parameter shapes while the weights are freed
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._stops = StopRules(tokenizer)
         # transformers >= 5 names the KV cache `cache`; earlier versions `past_key_values`
@@ -73,12 +74,29 @@ class TorchEngine:
         return self._owns
 
     def load_weights(self, state_dict, version: int) -> None:
-        """The learner's weights as `version`: copied into a model of its own, else only the version."""
+        """The learner's weights as `version`: copied into a model of its own (woken if asleep), else only the version."""
         if state_dict is not None:
             if not self._owns:
                 raise ValueError("this TorchEngine shares the learner's module; sync it with load_weights(None, version)")
+            if self._asleep is not None:
+                for name, p in self.model.named_parameters():
+                    p.data = torch.empty(self._asleep[name], dtype=p.dtype, device=p.device)
+                self._asleep = None
             self.model.load_state_dict(state_dict)
         self.version = int(version)
+
+    def sleep(self) -> None:
+        """Free a copy of its own's weights until the next `load_weights` (an engine beside the learner on one
+        device: while the learner updates, that memory is the learner's). A shared module is never freed."""
+        if self._owns and self._asleep is None:
+            self._asleep = {name: p.shape for name, p in self.model.named_parameters()}
+            for p in self.model.parameters():
+                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+
+    def _awake(self) -> None:
+        if self._asleep is not None:
+            raise RuntimeError("this TorchEngine is asleep (its weights were freed for the learner's update); "
+                               "load_weights wakes it")
 
     def stop_rule(self, stop_strings: Sequence[str], stop_token_ids: Sequence[int]):
         """A function (row's ids so far, new token) -> whether the row stops (rollout/stops.py)."""
@@ -89,6 +107,7 @@ class TorchEngine:
 
         A subclass that replaces `generate` is played through its `generate`, full sequences each turn.
         """
+        self._awake()
         if not self.fast or type(self).generate is not TorchEngine.generate or _fast_session() is None:
             return StatelessSession(self)
         return _fast_session()(self)
@@ -97,6 +116,7 @@ class TorchEngine:
                  temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                  stop_strings: tuple[str, ...] = (), stop_token_ids: Sequence[int] = (),
                  generator: torch.Generator | None = None) -> list[Sample]:
+        self._awake()
         kw = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                   stop_strings=stop_strings, stop_token_ids=stop_token_ids, generator=generator)
         if not self.fast or _fast_session() is None:

@@ -89,3 +89,11 @@ def sync_weights(engine, model, version: int) -> bool:
     copy = owns_weights(eng)
     eng.load_weights(plain_state_dict(model) if copy else None, int(version))
     return copy
+
+
+def sleep_engine(engine) -> None:
+    """Free an engine's own weight copy while the learner updates (`sleep`, where the engine has it); the
+    publish after the update loads the new version into it. An engine on the learner's module is left alone."""
+    eng = base_engine(engine)
+    if owns_weights(eng) and hasattr(eng, "sleep"):
+        eng.sleep()

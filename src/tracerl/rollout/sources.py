@@ -25,7 +25,7 @@ import torch
 
 from tracerl.contract import Trajectory
 from tracerl.rollout import run_episodes
-from tracerl.rollout.engine_api import sync_weights
+from tracerl.rollout.engine_api import sleep_engine, sync_weights
 from tracerl.rollout.group_seeds import GroupSeeds
 from tracerl.tasks import next_groups
 
@@ -142,6 +142,10 @@ class SyncSource:
         metrics = self.episodes.metrics() if hasattr(self.episodes, "metrics") else {}  # rollout workers' syncs
         return StepRollouts([g for _, g in got.groups], generated, entropy, got.report, selection, time.time() - t0,
                             metrics, line=dyn)
+
+    def before_update(self) -> None:
+        """The learner is about to update: an engine with a weight copy of its own frees it until `publish`."""
+        sleep_engine(self.engine)
 
     def publish(self, model, version: int) -> bool:
         """The new version to the engine (one with its own weights copies them) and to the rollout workers

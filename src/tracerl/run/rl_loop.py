@@ -105,7 +105,7 @@ def make_source(recipe: Recipe, algo, *, engine, sampler, spec, state: RLState, 
     if recipe.rl.mode == "async":
         from tracerl.rollout.async_source import AsyncSource
 
-        return AsyncSource(**common, store=store, until=until, model=model, worker_factory=worker_factory)
+        return AsyncSource(**common, store=store, until=until, model=model, worker_factory=worker_factory, engine=engine)
     return SyncSource(**common, engine=engine, episodes=episodes)
 
 
@@ -213,6 +213,7 @@ def _train_and_publish(got: StepRollouts, *, ln: Learner, algo, recipe: Recipe, 
                            step=update)
     temperature = recipe.sampling.temperature
     before = ln.probe.before_rl(engine, model, trajs, temperature)  # the first step: weights as sampled
+    source.before_update()  # sync: an engine's own weight copy is freed until the publish below
     metrics = rl_step(got, ln=ln, algo=algo, recipe=recipe, spec=spec, state=state, store=store, tokenizer=tokenizer,
                       source=source) if trajs else {}
     metrics |= _task_metrics(got.report, sampler, state.generated_tokens, stage_index) | got.metrics
