@@ -49,8 +49,11 @@ ALGOS = ["grpo", "ppo", "prime", "gigpo"]
 # per episode 2.0 -> 0.6-0.8 from step 11 on: a -1 for a truncated episode made looking up before answering look bad
 # at the first turn's anchor state, so the policy answered without looking): attempt 4's settings with a penalty
 # of -0.1, a tie-breaker that makes running out the turns worse than a wrong answer without making it worse than
-# not trying; all four methods, attempt 4's SFT start (copied), `--root runs/ladder/level4-penalty0.1`.
-EXTRA = ["rl.steps=100", "rl.lr=0.00025", "rl.truncation=penalize", "rl.truncation_penalty=-0.1"]
+# not trying; all four methods, attempt 4's SFT start (copied), `--root runs/ladder/level4-penalty0.1`. Run beside
+# attempt 5, both were too slow for the session (6 runs on 2 cores, ~40 min per run); attempt 6 was stopped after 1
+# of its 12 runs (level4-attempt6.json, not a result) so that attempt 5 could finish. EXTRA is attempt 5's again;
+# attempt 6 is `EXTRA + ["rl.truncation_penalty=-0.1"]`.
+EXTRA = ["rl.steps=100", "rl.lr=0.00025", "rl.truncation=penalize"]
 QUICK = ["sft.demos=64", "sft.epochs=1", "rl.steps=2", "rl.prompts_per_step=4", "rl.group_size=4",
          "env.heldout_tasks=10", "eval.tasks=10"]
 PARALLEL = 3  # runs at a time, one thread each (a scheduling choice: each run is seeded and deterministic)
