@@ -10,16 +10,7 @@ import torch
 def make_optimizer(model, lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
     """AdamW over the parameters that train: all of them, or only a LoRA adapter's (models/lora.py)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95), fused=fusable(params))
-
-
-def fusable(params) -> bool | None:
-    """AdamW's fused kernel (one pass over every parameter) where torch has it: floating parameters on CPU or
-    CUDA, plain or FSDP2 shards (DTensor: same result bit for bit). On SmolLM2-135M at one CPU thread a step
-    takes 0.18 s against 0.81 s for the default per-tensor `foreach` path (benchmarks/optimizer_step.py).
-    None elsewhere: torch picks its default."""
-    ok = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-    return True if ok else None
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, params, loss: torch.Tensor, max_grad_norm: float) -> float:
