@@ -43,6 +43,11 @@ def plain_state_dict(model, *, clone: bool = False) -> dict[str, torch.Tensor]:
     return out
 
 
+def param_dtype(model) -> str:
+    """`model`'s parameter dtype by name ("float32", "bfloat16", ...), as configs and worker settings take it."""
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
+
+
 def engine_copy(model, dtype: str | torch.dtype | None = None, device=None):
     """A rollout engine's own copy of the policy `model`: `plain_copy` in `dtype`, under the model's autocast."""
     from tracerl.models.precision import DTYPES, autocast_dtype, set_autocast

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tracerl.errors import UserError
-from tracerl.models.weights import engine_copy
+from tracerl.models.weights import engine_copy, param_dtype
 from tracerl.rollout.engine import TorchEngine
 
 
@@ -23,7 +23,7 @@ def build_engine(cfg, model, tokenizer, *, seed: int = 0, max_model_len: int = 4
     if problem:
         raise UserError(problem)
     if cfg.name == "torch":
-        if cfg.dtype is None or cfg.dtype == str(next(model.parameters()).dtype).removeprefix("torch."):
+        if cfg.dtype is None or cfg.dtype == param_dtype(model):
             return TorchEngine(model, tokenizer, device=device or "cpu")  # the learner's module: a sync is a version
         return TorchEngine(engine_copy(model, cfg.dtype, device), tokenizer, device=device or "cpu", owns_weights=True)
     if cfg.name == "hf":
@@ -34,7 +34,7 @@ def build_engine(cfg, model, tokenizer, *, seed: int = 0, max_model_len: int = 4
     from tracerl.rollout.vllm_engine import VLLMEngine, vllm_model_dir
 
     model_dir = vllm_model_dir(model)
-    dtype = cfg.dtype or str(next(model.parameters()).dtype).removeprefix("torch.")
+    dtype = cfg.dtype or param_dtype(model)
     engine = VLLMEngine.build(model_dir, tokenizer, dtype=dtype, seed=seed,
                               gpu_memory_utilization=cfg.gpu_memory_utilization,
                               max_model_len=cfg.max_model_len or max_model_len, enforce_eager=cfg.enforce_eager)

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 import torch
 
 from tracerl.errors import UserError
+from tracerl.models.weights import param_dtype
 from tracerl.rollout.sampling import Sample, row_seeds
 from tracerl.rollout.stops import StopRules, row_budgets
 
@@ -69,7 +70,7 @@ def vllm_dtype(recipe, model) -> str:
         return recipe.engine.dtype
     if getattr(recipe.model, "autocast", None) == "bf16":
         return "bfloat16"
-    return str(next(model.parameters()).dtype).removeprefix("torch.")
+    return param_dtype(model)
 
 
 def _load_into_worker(worker, weights):  # runs inside a vLLM worker (collective_rpc)

@@ -48,6 +48,7 @@ import torch
 
 from tracerl.contract import Trajectory, validate
 from tracerl.contract.task import Task
+from tracerl.models.weights import param_dtype
 from tracerl.rollout.agent_loop import LoopBudgets, run_episodes
 
 
@@ -273,11 +274,6 @@ class WorkerSettings:
     autocast: str | None = None  # model.autocast: the worker's forwards run under it, as the learner's
     engine: str = "torch"  # engine.name: torch / hf on the worker's copy, vllm loading its own
     engine_kwargs: dict = dataclasses.field(default_factory=dict)  # vllm: model_dir, dtype, seed, memory, lengths
-
-
-def param_dtype(model) -> str:
-    """`model`'s parameter dtype as WorkerSettings takes it ("float32", "bfloat16", ...)."""
-    return str(next(model.parameters()).dtype).removeprefix("torch.")
 
 
 def worker_model(settings: WorkerSettings):
