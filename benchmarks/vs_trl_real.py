@@ -19,6 +19,11 @@ budgets (96 tokens, 32 new) and temperature 0.7, lr 3e-5, `--prompts` x `--group
 - `tracerl_bf16e` (opt-in): `tracerl_bf16` plus `engine.dtype=bfloat16`: the rollout engine samples from a
   bfloat16 copy of the weights refreshed at every sync (half the bytes read per decode step; the learner keeps
   fp32 weights under bf16 autocast); it is compared with `trl_bf16`;
+- `tracerl_sys` (opt-in): `tracerl` with `run.allocator=system` (glibc's malloc defaults: freed blocks of 32 MiB
+  or more, and the heap's free top, go back to the kernel and are page-faulted in again the next step);
+  `tracerl` itself runs with the default `run.allocator=keep`;
+- `trl_keep` (opt-in): `trl` started with the same malloc settings as tracerl's `keep`
+  (`GLIBC_TUNABLES`, models/allocator.py), so that the allocator's share of the difference can be read off;
 - `trl`: `GRPOTrainer` (TRL's defaults otherwise, gradient checkpointing on) with a `rollout_func` that plays the same env through this project's agent
   loop with Hugging Face `generate` on the trainer's model (TRL's CPU generation path), its log-probs
   passed along; every row trained.
@@ -67,12 +72,12 @@ def _recipe():
 
 
 def run_tracerl(model: str, steps: int, seed: int, prompts: int, group: int, threads: int, bf16: bool = False,
-                bf16_engine: bool = False) -> dict:
+                bf16_engine: bool = False, allocator: str = "keep") -> dict:
     with tempfile.TemporaryDirectory(prefix="vs-trl-real-") as d:
         cmd = [sys.executable, "-m", "tracerl.cli", "train", "smollm2", f"model.path={model}", "model.gguf_file=null",
                "stages=[rl]", f"rl.steps={steps}", f"rl.prompts_per_step={prompts}", f"rl.group_size={group}",
                "rl.minibatches=1", "rl.eval_every=0", "rl.checkpoint_every=0", f"run.threads={threads}",
-               "run.progress=false", f"run.seed={seed}", "rl.algorithm.entropy.coef=1e-9", f"run.dir={d}/run"]
+               "run.progress=false", f"run.seed={seed}", "rl.algorithm.entropy.coef=1e-9", f"run.dir={d}/run", f"run.allocator={allocator}"]
         if bf16:
             cmd.append("model.autocast=bf16")
         if bf16_engine:
@@ -162,7 +167,8 @@ def _rep_summary(r: dict) -> dict:
     return out
 
 
-PAIRS = (("tracerl", "trl", ""), ("tracerl_bf16", "trl_bf16", "_bf16"), ("tracerl_bf16e", "trl_bf16", "_bf16e"))
+PAIRS = (("tracerl", "trl", ""), ("tracerl_bf16", "trl_bf16", "_bf16"), ("tracerl_bf16e", "trl_bf16", "_bf16e"),
+         ("tracerl_sys", "trl", "_sys"), ("tracerl", "trl_keep", "_keep"))
 
 
 def summarise(runs: dict[str, list[dict]]) -> dict:
@@ -193,14 +199,18 @@ def main(argv=None) -> int:
     if args.arm:
         common = (args.hf_dir, args.steps, args.seed, args.prompts, args.group, int(args.threads))
         if args.arm.startswith("trl"):
-            res = run_trl(*common, bf16=args.arm.endswith("_bf16"))
+            res = run_trl(*common, bf16=args.arm.endswith("_bf16"))  # trl_keep: the driver set GLIBC_TUNABLES
         else:
-            res = run_tracerl(*common, bf16="_bf16" in args.arm, bf16_engine=args.arm.endswith("_bf16e"))
+            res = run_tracerl(*common, bf16="_bf16" in args.arm, bf16_engine=args.arm.endswith("_bf16e"),
+                              allocator="system" if args.arm.endswith("_sys") else "keep")
         print("RESULT " + json.dumps(res))
         return 0
     convert(args.hf_dir)
     arms = args.arms.split(",")
-    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    from tracerl.models.allocator import TUNABLES
+
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    env["OMP_WAIT_POLICY"] = "PASSIVE"
     results = {}
     for threads in [int(t) for t in args.threads.split(",")]:
         env["OMP_NUM_THREADS"] = str(threads)
@@ -210,7 +220,8 @@ def main(argv=None) -> int:
                 cmd = [sys.executable, __file__, "--arm", arm, "--hf-dir", args.hf_dir, "--steps", str(args.steps),
                        "--seed", str(args.seed + rep), "--prompts", str(args.prompts), "--group", str(args.group),
                        "--threads", str(threads)]
-                out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
+                arm_env = dict(env, GLIBC_TUNABLES=TUNABLES) if arm == "trl_keep" else env
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=arm_env)
                 line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
                 if line is None:
                     raise RuntimeError(f"arm {arm} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")

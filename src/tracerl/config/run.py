@@ -27,6 +27,12 @@ class RunConfig(Cfg):
     of one seed drift apart by ~1e-7 per SFT pass. No measurable cost at threads=2 on the default 2-core CPU (CPU
     time 0.99x of off, side by side), where threads=1 instead would cost ~1.2x wall; a CUDA run keeps torch's
     defaults either way."""
+    allocator: Literal["keep", "system"] = "keep"
+    """How the C heap treats freed memory (models/allocator.py). `keep`: freed blocks stay in the heap for the
+    next step to reuse, none is given back to the kernel, so a step does not page-fault its activations, gradients
+    and optimizer temporaries in again (on SmolLM2-135M, page faults per run 1.8 M -> 0.9 M and 2-3x less kernel
+    time; docs/performance.md); the resident set stays at its peak. `system`: the C library's defaults. glibc
+    only (elsewhere both are the defaults); applies to the processes the run starts, too."""
     progress: bool = True
     """Show progress bars for long stages."""
     backend: Literal["local", "ray"] = "local"

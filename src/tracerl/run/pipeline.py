@@ -26,6 +26,7 @@ from tracerl.store import RunDir
 from tracerl.telemetry import MetricLoggers
 from tracerl.rollout.faults import wrap_engine
 from tracerl.sandbox.runtime import configure as configure_sandbox
+from tracerl.models.allocator import configure_allocator
 from tracerl.models.device import configure_torch, model_device, resolve_device
 from tracerl.sandbox import cgroups as sandbox_cgroups
 from tracerl.train.checkpoint import load_checkpoint_model, load_reference, restore_rng, save_checkpoint
@@ -51,6 +52,7 @@ def run_recipe(recipe: Recipe, *, resume: str | Path | None = None) -> RunResult
     if resume is None and recipe.run.dir:
         RunDir.refuse_existing(recipe.run.dir)  # an existing run is continued with --resume, never written over
     sandbox_cgroups.sweep_stale()  # the sandbox groups of trainers that were killed
+    configure_allocator(recipe.run.allocator)  # run.allocator: before any worker or Ray runtime starts
     if ray_backend.needs_wrapper(recipe):  # rollouts in Ray actors or worker processes: rollout/ray_backend.py
         return ray_backend.run_on_ray(run_recipe, recipe, resume=resume)
     t_start = time.time()
