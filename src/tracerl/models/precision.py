@@ -37,6 +37,19 @@ def forward_context(model):
     return torch.autocast(device_type=model_device(model).type, dtype=dtype)
 
 
+def last_logits(model, width: int):
+    """`logits_to_keep` for a forward of `width` columns that needs only the last column's logits.
+
+    An int makes Hugging Face's head run on `hidden[:, -1:, :]`, a strided view; for a bfloat16 matmul (bf16
+    weights, or bf16 autocast) torch then takes its batched path and copies the whole `[V, H]` head once per row
+    (SmolLM2: 4 rows, 0.6 s for one prefill against 8 ms). An index tensor makes the slice a contiguous copy of
+    the few hidden rows instead. fp32 keeps the int: there torch's two paths differ in the last bits, and a float32
+    run stays bit for bit the run it was (the view costs ~15 ms a prefill there)."""
+    if autocast_dtype(model) is None and next(model.parameters()).dtype == torch.float32:
+        return 1
+    return torch.tensor([width - 1], device=model_device(model))
+
+
 def enable_gradient_checkpointing(model) -> None:
     """Hugging Face activation checkpointing, non-reentrant (works when the inputs need no gradient,
     as with LoRA's frozen embeddings). Only in train mode: the engine's eval-mode forwards keep their cache."""

@@ -25,7 +25,7 @@ from collections.abc import Hashable, Sequence
 import torch
 
 from tracerl.algorithms.logprobs import process_logits  # noqa: F401  (the learner scores under the same)
-from tracerl.models.precision import forward_context
+from tracerl.models.precision import forward_context, last_logits
 from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next  # noqa: F401  (re-exported)
 from tracerl.rollout.stops import StopRules, row_budgets
 
@@ -149,7 +149,7 @@ class TorchEngine:
         self.model.eval()
         with forward_context(self.model):  # bf16 autocast when model.autocast says so (models/precision.py)
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                             logits_to_keep=1)
+                             logits_to_keep=last_logits(self.model, ids.shape[1]))
         past, logits = self._cache_of(out), out.logits[:, -1, :]
         next_pos = positions[:, -1:] + 1
         for step in range(max(budgets)):

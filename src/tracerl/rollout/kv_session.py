@@ -31,7 +31,7 @@ import torch
 from tracerl.rollout.stops import row_budgets
 from transformers.cache_utils import Cache, CacheLayerMixin  # transformers >= 4.56
 
-from tracerl.models.precision import forward_context
+from tracerl.models.precision import forward_context, last_logits
 from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next
 
 
@@ -156,7 +156,8 @@ class GenerationSession:
         eng.model.eval()
         with forward_context(eng.model):  # bf16 autocast when model.autocast says so
             out = eng.model(input_ids=ids.to(dev), attention_mask=self._chunk_mask(mask, P, W),
-                            position_ids=pos.to(dev), use_cache=True, logits_to_keep=1, **{eng._cache_arg: cache})
+                            position_ids=pos.to(dev), use_cache=True, logits_to_keep=last_logits(eng.model, W),
+                            **{eng._cache_arg: cache})
         logits = out.logits[:, -1, :]
         layers = cache.layers
         self.stats["calls"] += 1

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from tracerl.algorithms.logprobs import process_logits
-from tracerl.models.precision import forward_context
+from tracerl.models.precision import forward_context, last_logits
 from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next
 
 MAX_CANDIDATES = 4096
@@ -80,7 +80,8 @@ def constrained_generate(engine, prompts, patterns, *, budgets, temperature, top
     model.eval()
     with forward_context(model):
         out = model(input_ids=ids.to(engine.device), attention_mask=mask.to(engine.device),
-                    position_ids=positions.to(engine.device), use_cache=True, logits_to_keep=1)
+                    position_ids=positions.to(engine.device), use_cache=True,
+                    logits_to_keep=last_logits(model, L))
     past, logits = engine._cache_of(out), out.logits[:, -1, :].float().cpu()
     next_pos = positions[:, -1:] + 1
     V = logits.shape[-1]
