@@ -40,6 +40,11 @@ class PlacementFields(Cfg):
     autocast: Literal["bf16"] | None = None
     """bf16 autocast around every model forward (rollout engine, learner scoring, SFT, critic); weights
     and optimizer state stay in `model.dtype`. Null runs in `model.dtype` throughout."""
+    attention: Literal["auto", "sdpa", "eager"] = "auto"
+    """Attention implementation of the learner-side models (policy, critic, reference; Hugging Face
+    `set_attn_implementation`). auto: eager where the model computes in bf16 on a CPU (faster forward +
+    backward than torch's CPU flash-attention kernel there), the architecture's own choice elsewhere. Rollout
+    copies of the weights keep the architecture's choice (sdpa decodes faster)."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass (Hugging Face
     gradient_checkpointing_enable, non-reentrant): less learner memory, about one more forward of time."""

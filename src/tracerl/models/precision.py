@@ -50,6 +50,32 @@ def last_logits(model, width: int):
     return torch.tensor([width - 1], device=model_device(model))
 
 
+_ROLLOUT_ATTN = "_tracerl_rollout_attention"
+
+
+def set_learner_attention(model, mode: str) -> str | None:
+    """`model.attention` for a learner-side model (policy, critic, reference): `sdpa` / `eager` as named; `auto`
+    picks `eager` where the model computes in bfloat16 on a CPU (torch's CPU flash-attention kernel in bf16 is
+    slower than the plain matmuls: forward + backward of one SmolLM2 layer at 16 x 34 x 60, 28 ms vs 7.5 ms) and
+    leaves the architecture's choice elsewhere. The implementation the model had before is remembered, and the
+    rollout copies of its weights (`models/weights.py plain_architecture`) are built with that one: eager decode
+    in bf16 is slower than sdpa. Returns the implementation now set (None: unchanged)."""
+    cur = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if mode == "auto":
+        bf16 = autocast_dtype(model) == torch.bfloat16 or next(model.parameters()).dtype == torch.bfloat16
+        mode = "eager" if bf16 and model_device(model).type == "cpu" else cur
+    if cur is None or mode == cur or not hasattr(model, "set_attn_implementation"):
+        return None
+    model.__dict__.setdefault(_ROLLOUT_ATTN, cur)
+    model.set_attn_implementation(mode)
+    return mode
+
+
+def rollout_attention(model) -> str | None:
+    """The attention implementation a rollout copy of `model` uses: what it had before `set_learner_attention`."""
+    return model.__dict__.get(_ROLLOUT_ATTN) if hasattr(model, "__dict__") else None
+
+
 def enable_gradient_checkpointing(model) -> None:
     """Hugging Face activation checkpointing, non-reentrant (works when the inputs need no gradient,
     as with LoRA's frozen embeddings). Only in train mode: the engine's eval-mode forwards keep their cache."""

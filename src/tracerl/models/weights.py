@@ -16,14 +16,23 @@ weights (the copy's `forward_context`, `models/precision.py`).
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from tracerl.models import lora
 
 
 def plain_architecture(model) -> tuple[type, object]:
-    """(class, config) of the plain module the policy's weights load into (a LoRA policy's base class)."""
-    return type(model), model.config
+    """(class, config) of the plain module the policy's weights load into (a LoRA policy's base class), with the
+    attention implementation for sampling (`models/precision.py rollout_attention`)."""
+    from tracerl.models.precision import rollout_attention
+
+    config, attn = model.config, rollout_attention(model)
+    if attn is not None and getattr(config, "_attn_implementation", None) != attn:
+        config = copy.deepcopy(config)
+        config._attn_implementation = attn
+    return type(model), config
 
 
 def plain_state_dict(model, *, clone: bool = False) -> dict[str, torch.Tensor]:

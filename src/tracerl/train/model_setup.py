@@ -22,7 +22,7 @@ import torch
 
 from tracerl.models import lora
 from tracerl.models.device import resolve_device, role_devices
-from tracerl.models.precision import enable_gradient_checkpointing, set_autocast
+from tracerl.models.precision import enable_gradient_checkpointing, set_autocast, set_learner_attention
 
 LORA_BASE = "lora_base"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -50,7 +50,9 @@ def place_role(model, recipe, device: str | None, *, what: str):
     """`model` on `device` (null: model.device), in `model.dtype`, with the recipe's autocast."""
     dev = resolve_device(device, default=recipe.model.device, what=what if device is not None else "model.device")
     model.to(device=dev, dtype=_DTYPES[recipe.model.dtype])
-    return set_autocast(model, recipe.model.autocast)
+    set_autocast(model, recipe.model.autocast)
+    set_learner_attention(model, recipe.model.attention)  # model.attention
+    return model
 
 
 def place_policy(model, recipe):
