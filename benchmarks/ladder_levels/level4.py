@@ -53,7 +53,8 @@ ALGOS = ["grpo", "ppo", "prime", "gigpo"]
 # attempt 5, both were too slow for the session (6 runs on 2 cores, ~40 min per run); attempt 6 was stopped after 1
 # of its 12 runs (level4-attempt6.json, not a result) so that attempt 5 could finish. Attempt 6 resumed on its own
 # in the next session from that file (its grpo seed-0 row kept; the three partial run directories removed), with
-# `--root runs/ladder/level4-penalty0.1 --out benchmarks/ladder_results/level4-attempt6.json`. EXTRA is attempt 6's.
+# `--root runs/ladder/level4-penalty0.1 --out benchmarks/ladder_results/level4-attempt6.json`; it passed (renamed
+# level4.json; attempt 5 is level4-attempt5.json). EXTRA is attempt 6's.
 EXTRA = ["rl.steps=100", "rl.lr=0.00025", "rl.truncation=penalize", "rl.truncation_penalty=-0.1"]
 QUICK = ["sft.demos=64", "sft.epochs=1", "rl.steps=2", "rl.prompts_per_step=4", "rl.group_size=4",
          "env.heldout_tasks=10", "eval.tasks=10"]
