@@ -12,7 +12,7 @@ import json, sys, torch
 from tracerl.models.allocator import configure_allocator, page_faults
 applied = configure_allocator(sys.argv[1])
 def churn():  # an RL step in small: the same 100 MB blocks freed and allocated again
-    for _ in range(5):
+    for _ in range(10):
         x = torch.ones(25_000_000); y = x * 2; del x, y
 churn()
 f0 = page_faults(); churn(); faults = page_faults() - f0
@@ -33,9 +33,11 @@ def _churn(mode: str) -> dict:
 
 def test_keep_reuses_freed_memory_and_system_faults_it_in_again():
     keep, system = _churn("keep"), _churn("system")
-    # 5 rounds x 2 blocks x 100 MB = 1 GB touched: ~244k fresh 4 KiB pages when every block is a new mapping
-    assert system["applied"] is False and system["faults"] > 200_000
-    assert keep["applied"] is True and keep["faults"] < 2_000
+    # 10 rounds x 2 blocks x 100 MB = 2 GB touched: ~488k fresh 4 KiB pages when every block is a new mapping;
+    # kept, the blocks are reused (0 faults alone; the kernel's own page activity during a full suite has added
+    # up to ~73k, hence a ratio rather than a count)
+    assert system["applied"] is False and system["faults"] > 400_000
+    assert keep["applied"] is True and keep["faults"] < system["faults"] / 4
     # processes started after it (workers, learner ranks, a local Ray runtime) inherit the settings
     assert "glibc.malloc.mmap_max=0" in keep["child_tunables"] and system["child_tunables"] == ""
 
