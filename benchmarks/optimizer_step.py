@@ -1,6 +1,7 @@
-"""AdamW step time on a real model's parameters: torch's default (per-tensor `foreach`, what tracerl uses:
-train/optim.py) against the fused kernel, interleaved in one process, and how far apart the parameters they
-produce are after the same steps (docs/performance.md: why fused is not the default yet).
+"""AdamW step time on a real model's parameters: torch's default (on CPU a loop over the parameters, a few
+elementwise passes each; what tracerl uses: train/optim.py) against the fused kernel, interleaved in one process,
+and how far apart the parameters they produce are after the same steps (docs/performance.md: why fused is not the
+default yet).
 
     .venv/bin/python benchmarks/optimizer_step.py [--threads 1] [--steps 5] [--model /tmp/tracerl_smollm2_hf]
 

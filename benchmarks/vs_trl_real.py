@@ -77,7 +77,8 @@ def run_tracerl(model: str, steps: int, seed: int, prompts: int, group: int, thr
         cmd = [sys.executable, "-m", "tracerl.cli", "train", "smollm2", f"model.path={model}", "model.gguf_file=null",
                "stages=[rl]", f"rl.steps={steps}", f"rl.prompts_per_step={prompts}", f"rl.group_size={group}",
                "rl.minibatches=1", "rl.eval_every=0", "rl.checkpoint_every=0", f"run.threads={threads}",
-               "run.progress=false", f"run.seed={seed}", "rl.algorithm.entropy.coef=1e-9", f"run.dir={d}/run", f"run.allocator={allocator}"]
+               "run.progress=false", f"run.seed={seed}", "rl.algorithm.entropy.coef=1e-9", f"run.dir={d}/run",
+               f"run.allocator={allocator}"]
         if bf16:
             cmd.append("model.autocast=bf16")
         if bf16_engine:
