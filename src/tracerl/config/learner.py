@@ -36,6 +36,12 @@ class LearnerConfig(Cfg):
     an algorithm whose loss is a sum over rows (not MIS, NLL, Clip-Cov, KL-Cov or MOPD); on several ranks each runs
     its rows' micro-batches, padded to the ranks' largest count with zero-weight forwards.
     null: a minibatch runs whole."""
+    optimizer: Literal["adamw", "adamw_fused"] = "adamw"
+    """The AdamW kernel of every model the run trains (the policy in one process or on every rank, the critic,
+    the PRM, SFT). adamw: torch's default (on a CPU a loop over the parameters, several elementwise passes
+    each). adamw_fused: torch's fused kernel, one pass over all parameters (TRL's default, `adamw_torch_fused`):
+    the same update up to float rounding (at most 4e-9 apart after one step, docs/performance.md), ~4.5× faster
+    a step on a CPU for SmolLM2-135M."""
     checkpoint_format: Literal["full", "sharded"] = "full"
     """How a learner of several ranks checkpoints the policy's training state. full: the AdamW moments are
     gathered to rank 0 after every step and saved in the trainer state, in the single-process format.

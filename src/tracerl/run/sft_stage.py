@@ -48,7 +48,7 @@ def run_sft_stage(source: str, *, stage: str, recipe: Recipe, model, tokenizer, 
         say(f"{stage}: {len(examples)} {'conversations from ' + str(cfg.data) if source == 'data' else 'demonstrations'}, "
             f"{cfg.epochs} epochs")
     summary = train_sft(model, tokenizer, examples, cfg, seed=recipe.run.seed, progress=recipe.run.progress,
-                        share_prefix=recipe.learner.share_prefix,
+                        share_prefix=recipe.learner.share_prefix, optimizer=recipe.learner.optimizer,
                         log=lambda m, s: loggers.log(m, stage=stage, step=s))
     say(f"{stage}: final loss {summary['sft/final_loss']:.3f} in {summary['sft/wall_s']:.1f}s")
     return {**counts, **summary}

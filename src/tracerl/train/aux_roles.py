@@ -46,11 +46,12 @@ def _decoder(model):
 class _Trained:
     """Shared optimizer plumbing of a trained auxiliary role (composition: each role holds one)."""
 
-    def __init__(self, module: torch.nn.Module, *, lr: float, max_grad_norm: float, warmup: int = 3):
+    def __init__(self, module: torch.nn.Module, *, lr: float, max_grad_norm: float, warmup: int = 3,
+                 optimizer: str = "adamw"):
         self.module, self.max_grad_norm = module, max_grad_norm
         for p in module.parameters():
             p.requires_grad_(True)
-        self.optimizer = make_optimizer(module, lr)
+        self.optimizer = make_optimizer(module, lr, kernel=optimizer)
         self.scheduler = warmup_constant(self.optimizer, warmup=warmup)
 
     def step(self, loss: torch.Tensor) -> float:
@@ -73,7 +74,7 @@ class CriticRole:
 
     provides = frozenset({"values"})
 
-    def __init__(self, lm, *, lr: float, max_grad_norm: float, pretrain_steps: int):
+    def __init__(self, lm, *, lr: float, max_grad_norm: float, pretrain_steps: int, optimizer: str = "adamw"):
         decoder, self.lm = _decoder(lm), lm
         with torch.random.fork_rng(devices=[]):  # building a role must not move the run's random stream (resume)
             head = torch.nn.Linear(lm.config.hidden_size, 1)
@@ -81,7 +82,7 @@ class CriticRole:
         torch.nn.init.zeros_(head.weight)
         torch.nn.init.zeros_(head.bias)
         self.trained = _Trained(torch.nn.ModuleDict({"decoder": decoder, "head": head}), lr=lr,
-                                max_grad_norm=max_grad_norm)
+                                max_grad_norm=max_grad_norm, optimizer=optimizer)
         self.warmup_steps = pretrain_steps
 
     def forward(self, batch: Batch) -> torch.Tensor:
@@ -116,8 +117,9 @@ class PRMRole:
     provides = frozenset({"prm"})
     warmup_steps = 0
 
-    def __init__(self, lm, *, lr: float, max_grad_norm: float, temperature: float, share_prefix: bool = True):
-        self.trained = _Trained(lm, lr=lr, max_grad_norm=max_grad_norm)
+    def __init__(self, lm, *, lr: float, max_grad_norm: float, temperature: float, share_prefix: bool = True,
+                 optimizer: str = "adamw"):
+        self.trained = _Trained(lm, lr=lr, max_grad_norm=max_grad_norm, optimizer=optimizer)
         self.temperature, self.share_prefix = temperature, share_prefix
 
     def forward(self, batch: Batch) -> torch.Tensor:
@@ -214,11 +216,13 @@ def build_aux_roles(recipe, policy, state: dict | None, tokenizer=None) -> dict:
         c = cfg.critic_or_default
         lm = copy.deepcopy(policy) if c.path is None else _load_lm(c.path, "roles.critic.path", tokenizer)
         roles["critic"] = _trained(recipe, "critic", lm, c.device, "roles.critic.device", functools.partial(
-            CriticRole, lr=c.lr, max_grad_norm=recipe.rl.max_grad_norm, pretrain_steps=c.pretrain_steps))
+            CriticRole, lr=c.lr, max_grad_norm=recipe.rl.max_grad_norm, pretrain_steps=c.pretrain_steps,
+            optimizer=recipe.learner.optimizer))
     if "prm" in declared:
         p = cfg.prm_or_default
         roles["prm"] = _trained(recipe, "prm", copy.deepcopy(policy), p.device, "roles.prm.device", functools.partial(
-            PRMRole, lr=p.lr, max_grad_norm=recipe.rl.max_grad_norm, temperature=temp, share_prefix=share))
+            PRMRole, lr=p.lr, max_grad_norm=recipe.rl.max_grad_norm, temperature=temp, share_prefix=share,
+            optimizer=recipe.learner.optimizer))
     if "teachers" in declared:
         for t in cfg.teachers:
             what = f"roles.teachers ({t.name}) device"

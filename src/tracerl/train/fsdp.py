@@ -64,7 +64,8 @@ class ShardedPolicy:
     decoder layer its own); the AdamW optimizer and warm-up schedule of the single-process `PolicyRole`,
     on the shards."""
 
-    def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, mesh, schedule: dict | None = None):
+    def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, mesh, schedule: dict | None = None,
+                 optimizer: str = "adamw"):
         self.max_grad_norm = max_grad_norm
         # the single-process optimizer's parameter order (`make_optimizer`: the trainable ones, all but a
         # LoRA model's frozen base weights)
@@ -81,7 +82,7 @@ class ShardedPolicy:
             for layer in getattr(decoder, "layers", None) or []:
                 fully_shard(layer, mesh=mesh)
         fully_shard(self.scorer, mesh=mesh)
-        self.optimizer = make_optimizer(self.scorer, lr)
+        self.optimizer = make_optimizer(self.scorer, lr, kernel=optimizer)
         self.scheduler = rl_schedule(self.optimizer, schedule)
 
     @property

@@ -104,7 +104,8 @@ class _Rank:
                 model.enable_input_require_grads()
             previous, self.policy = self.policy, ShardedPolicy(model, lr=kw["lr"], max_grad_norm=kw["max_grad_norm"],
                                                                sampling=kw["sampling"], mesh=self.mesh,
-                                                               schedule=kw.get("schedule"))
+                                                               schedule=kw.get("schedule"),
+                                                               optimizer=kw.get("optimizer", "adamw"))
             self.micro = {"micro_tokens": kw.get("micro_tokens"), "packed": bool(kw["sampling"].get("packing"))}
             state = kw.get("state")
             if state and "sharded" in state:  # learner.checkpoint_format: sharded (train/shards.py)
@@ -239,7 +240,8 @@ class ShardedPolicyRole:
 
     def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, state: dict | None = None,
                  ranks: int, threads: int, share_prefix: bool = True, schedule: dict | None = None,
-                 packing: bool = False, max_tokens_per_micro_batch: int | None = None, device: str = "cpu",
+                 packing: bool = False, max_tokens_per_micro_batch: int | None = None, optimizer: str = "adamw",
+                 device: str = "cpu",
                  ray_spec=None, kill_at: int | None = None, checkpoint_format: str = "full"):
         self.model, self.max_grad_norm, self.kill_at = model, max_grad_norm, kill_at
         self.sharded = checkpoint_format == "sharded"  # learner.checkpoint_format
@@ -250,7 +252,7 @@ class ShardedPolicyRole:
         record_role("learner", {"where": self.group.kind, "ranks": ranks, "device": device,
                                 "workers": self.group.placement})
         self.group.call("build", **portable(model), lr=lr, max_grad_norm=max_grad_norm, sampling=self.scoring, state=state,
-                        schedule=schedule, micro_tokens=max_tokens_per_micro_batch)
+                        schedule=schedule, micro_tokens=max_tokens_per_micro_batch, optimizer=optimizer)
         self.scheduler = _Scheduler(self.group)
 
     def score(self, batch: Batch, support: torch.Tensor | None = None) -> PolicyOutput:

@@ -88,9 +88,10 @@ def _reference_role(recipe, reference):
 
 
 def _packing(recipe) -> dict:
-    """The policy's packing and micro-batch settings (`learner.packing`, `learner.max_tokens_per_micro_batch`),
-    in one process or on every rank."""
+    """The policy's packing, micro-batch and optimizer settings (`learner.packing`,
+    `learner.max_tokens_per_micro_batch`, `learner.optimizer`), in one process or on every rank."""
     lc = recipe.learner
     out = {"packing": True} if lc.packing else {}
+    out |= {"optimizer": lc.optimizer} if lc.optimizer != "adamw" else {}
     return out | ({"max_tokens_per_micro_batch": lc.max_tokens_per_micro_batch}
                   if lc.max_tokens_per_micro_batch is not None else {})

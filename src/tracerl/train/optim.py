@@ -7,10 +7,21 @@ import math
 import torch
 
 
-def make_optimizer(model, lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """AdamW over the parameters that train: all of them, or only a LoRA adapter's (models/lora.py)."""
+def make_optimizer(model, lr: float, weight_decay: float = 0.0, *, kernel: str = "adamw") -> torch.optim.Optimizer:
+    """AdamW over the parameters that train: all of them, or only a LoRA adapter's (models/lora.py). `kernel`
+    is `learner.optimizer`: "adamw" (torch's default implementation) or "adamw_fused" (torch's fused kernel)."""
+    if kernel not in ("adamw", "adamw_fused"):
+        raise ValueError(f"unknown optimizer kernel {kernel!r}; use adamw or adamw_fused")
     params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
+    fused = True if kernel == "adamw_fused" else None
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95), fused=fused)
+
+    def keep_kernel(optimizer):  # a checkpoint's param_groups carry the kernel it was saved with: the recipe's wins
+        for group in optimizer.param_groups:
+            group["fused"], group["foreach"] = fused, None
+
+    opt.register_load_state_dict_post_hook(keep_kernel)
+    return opt
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, params, loss: torch.Tensor, max_grad_norm: float) -> float:

@@ -112,12 +112,12 @@ class PolicyRole:
 
     def __init__(self, model, *, lr: float, max_grad_norm: float, sampling: dict, state: dict | None = None,
                  share_prefix: bool = True, schedule: dict | None = None, packing: bool = False,
-                 max_tokens_per_micro_batch: int | None = None):
+                 max_tokens_per_micro_batch: int | None = None, optimizer: str = "adamw"):
         self.model, self.max_grad_norm = model, max_grad_norm
         self.scoring = {k: sampling[k] for k in ("temperature", "top_p", "top_k")} | {"share_prefix": share_prefix}
         self.scoring |= {"packing": True} if packing else {}
         self.micro_tokens = max_tokens_per_micro_batch  # gradient accumulation over token-budget micro-batches
-        self.optimizer = make_optimizer(model, lr)
+        self.optimizer = make_optimizer(model, lr, kernel=optimizer)
         self.scheduler = rl_schedule(self.optimizer, schedule)
         if state and "sharded" in state:  # a sharded learner's checkpoint, resharded into one process (train/shards.py)
             from tracerl.train.shards import load_shards, restore_hyper_params

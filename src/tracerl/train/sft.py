@@ -34,13 +34,14 @@ def sft_loss(model, ids_BT: torch.Tensor, attn_BT: torch.Tensor, mask_BT: torch.
 
 
 def train_sft(model, tokenizer, examples: list[tuple[list[int], list[TokenRole]]], cfg: SFTConfig, *,
-              seed: int, log, progress: bool = True, share_prefix: bool = True) -> dict[str, float]:
-    """Train in place. `log(metrics, step)` receives per-step metrics; `share_prefix` is the recipe's
-    `learner.share_prefix`."""
+              seed: int, log, progress: bool = True, share_prefix: bool = True,
+              optimizer: str = "adamw") -> dict[str, float]:
+    """Train in place. `log(metrics, step)` receives per-step metrics; `share_prefix` and `optimizer` are the
+    recipe's `learner.share_prefix` and `learner.optimizer`."""
     rng = random.Random(f"sft:{seed}")
     steps_per_epoch = max(1, len(examples) // cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
-    opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
+    opt = make_optimizer(model, cfg.lr, cfg.weight_decay, kernel=optimizer)
     sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
     model.train()
     t0, step, loss_ema = time.time(), 0, None

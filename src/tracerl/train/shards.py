@@ -73,6 +73,10 @@ def hyper_params(optimizer) -> list[dict]:
     return [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
 
 
+_KERNEL = ("fused", "foreach")  # how the step is computed: the recipe's `learner.optimizer`, never the checkpoint's
+
+
 def restore_hyper_params(optimizer, groups: list[dict]) -> None:
     for group, saved in zip(optimizer.param_groups, groups, strict=True):
-        group.update({k: tuple(v) if isinstance(group.get(k), tuple) else v for k, v in saved.items()})
+        group.update({k: tuple(v) if isinstance(group.get(k), tuple) else v for k, v in saved.items()
+                      if k not in _KERNEL})
