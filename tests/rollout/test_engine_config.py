@@ -11,6 +11,7 @@ from tracerl.errors import UserError
     (["engine.name=hf", "engine.max_model_len=512"], "applies to engine.name vllm only"),
     (["engine.name=vllm", "gateway.agent=examples/gateway_agent/agent.py:run"], "gateway.agent does not combine with engine.name: vllm"),
     (["engine.name=bogus"], "engine.name"),
+    (["engine.name=hf", "engine.prepack=true"], "engine.prepack applies to engine.name torch"),
 ])
 def test_bad_engine_settings_are_refused_in_one_sentence(overrides, needle):
     with pytest.raises(UserError, match=needle):

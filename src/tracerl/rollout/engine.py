@@ -26,6 +26,7 @@ import torch
 
 from tracerl.algorithms.logprobs import process_logits  # noqa: F401  (the learner scores under the same)
 from tracerl.models.precision import forward_context, last_logits
+from tracerl.models.prepack import drop_packs
 from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next  # noqa: F401  (re-exported)
 from tracerl.rollout.stops import StopRules, row_budgets
 
@@ -89,6 +90,7 @@ class TorchEngine:
         """Free a copy of its own's weights until the next `load_weights` (an engine beside the learner on one
         device: while the learner updates, that memory is the learner's). A shared module is never freed."""
         if self._owns and self._asleep is None:
+            drop_packs(self.model)  # engine.prepack: the packed copies go with the weights
             self._asleep = {name: p.shape for name, p in self.model.named_parameters()}
             for p in self.model.parameters():
                 p.data = torch.empty(0, dtype=p.dtype, device=p.device)

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import torch
+
 from tracerl.errors import UserError
 from tracerl.models.weights import engine_copy, param_dtype
 from tracerl.rollout.engine import TorchEngine
 
 
-def engine_problem(cfg) -> str | None:
-    """Why `cfg` cannot run on this machine (one sentence), or None; checked before a run writes anything."""
+def engine_problem(cfg, device=None) -> str | None:
+    """Why `cfg` cannot run on this machine (one sentence), or None; checked before a run writes anything.
+    `device`: where the engine samples (the learner's device), where it matters."""
+    if cfg.prepack:
+        from tracerl.models.prepack import prepack_available
+
+        if device is not None and torch.device(device).type != "cpu":
+            return (f"engine.prepack packs weights for a CPU's matmul libraries and the engine runs on {device}; "
+                    "unset engine.prepack or set model.device=cpu")
+        if not prepack_available():
+            return ("engine.prepack needs a torch built with MKL and oneDNN (the packed-weight kernels), which this "
+                    "torch lacks; unset engine.prepack")
     if cfg.name == "vllm":
         from tracerl.rollout.vllm_engine import vllm_problem
 
@@ -18,10 +30,16 @@ def engine_problem(cfg) -> str | None:
 
 def build_engine(cfg, model, tokenizer, *, seed: int = 0, max_model_len: int = 4096, device=None):
     """The engine of `cfg` over the learner `model` (the torch engine shares it, on `device`, default the
-    CPU, or samples its own copy in `cfg.dtype`; hf copies it where it lies; vllm loads its own)."""
-    problem = engine_problem(cfg)
+    CPU, or samples its own copy in `cfg.dtype`, or on packed weights under `cfg.prepack`; hf copies it where it lies; vllm loads its own)."""
+    problem = engine_problem(cfg, device)
     if problem:
         raise UserError(problem)
+    if cfg.name == "torch" and cfg.prepack:  # a copy of its own, its linear layers on packed weights
+        from tracerl.models.prepack import prepack
+
+        copy = engine_copy(model, cfg.dtype or param_dtype(model), device)
+        prepack(copy)
+        return TorchEngine(copy, tokenizer, device=device or "cpu", owns_weights=True)
     if cfg.name == "torch":
         if cfg.dtype is None or cfg.dtype == param_dtype(model):
             return TorchEngine(model, tokenizer, device=device or "cpu")  # the learner's module: a sync is a version

@@ -274,6 +274,7 @@ class WorkerSettings:
     autocast: str | None = None  # model.autocast: the worker's forwards run under it, as the learner's
     engine: str = "torch"  # engine.name: torch / hf on the worker's copy, vllm loading its own
     engine_kwargs: dict = dataclasses.field(default_factory=dict)  # vllm: model_dir, dtype, seed, memory, lengths
+    prepack: bool = False  # engine.prepack: the torch engine's linear layers on packed weights (models/prepack.py)
 
 
 def worker_model(settings: WorkerSettings):
@@ -291,6 +292,10 @@ def worker_engine(settings: WorkerSettings, model, tokenizer):
     from tracerl.rollout.engine import TorchEngine
 
     if settings.engine == "torch":
+        if settings.prepack:  # the worker's copy is its own: its layers are packed in place
+            from tracerl.models.prepack import prepack
+
+            prepack(model)
         return TorchEngine(model, tokenizer, device=settings.device)
     if settings.engine == "hf":
         from tracerl.rollout.hf_engine import HFGenerateEngine
@@ -322,7 +327,7 @@ def worker_settings(model, tokenizer, recipe, spec_ref, hashes: dict[str, str], 
     return WorkerSettings(cls, config, tokenizer, spec_ref, generator_seed=seed, tokenizer_hashes=hashes,
                           partial_rollouts=partial, threads=threads, device=device or str(model_device(model)),
                           dtype=dtype, autocast=getattr(recipe.model, "autocast", None), engine=engine.name,
-                          engine_kwargs=kwargs)
+                          engine_kwargs=kwargs, prepack=engine.prepack)
 
 
 def exit_with_parent(parent: int, interval: float = 1.0) -> threading.Thread:

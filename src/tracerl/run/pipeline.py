@@ -149,8 +149,9 @@ def _preflight(recipe: Recipe, stages: list[str]):
     the judge and the gateway agent. Returns (grader role or None, what plays the episodes)."""
     configure_sandbox(recipe.sandbox)
     check_model_setup(recipe)  # train/model_setup.py
-    if engine_problem(recipe.engine):  # engine.name=vllm without vLLM or a GPU: one sentence, nothing written
-        raise UserError(engine_problem(recipe.engine))
+    device = resolve_device(recipe.model.device)
+    if engine_problem(recipe.engine, device):  # vllm without vLLM or a GPU, prepack off a CPU: nothing written
+        raise UserError(engine_problem(recipe.engine, device))
     record.reset()  # where this run's roles run (placement/record.py): the grader's actor first
     grader = GraderRole.build(recipe.roles.grader, default_device=recipe.model.device,  # calibrated on the audit sets
                               envs=[e.name for e in recipe.envs] or [recipe.env.name], placement=recipe.placement.grader,
