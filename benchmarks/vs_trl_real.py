@@ -14,17 +14,21 @@ budgets (96 tokens, 32 new) and temperature 0.7, lr 3e-5, `--prompts` x `--group
 
 - `tracerl`: `tracerl train smollm2 'stages=[rl]'` with a 1e-9 entropy term, which sends every row
   through the learner (zero-advantage rows included), as TRL trains every row;
+- a tracerl arm's name carries flags, any combination (`ARM_FLAGS`): `_bf16` (`model.autocast=bf16`), `_bf16e`
+  (`_bf16` plus `engine.dtype=bfloat16`), `_fused` (`learner.optimizer=adamw_fused`, the AdamW kernel TRL uses by
+  default), `_packed` (`engine.prepack=true`), `_sys` (`run.allocator=system`); e.g. `tracerl_bf16e_fused_packed`.
+  Every tracerl arm is compared with `trl`, a bf16 one with `trl_bf16` too;
 - `tracerl_bf16` / `trl_bf16` (opt-in arms): the same with `model.autocast=bf16` / `GRPOConfig(bf16=True)`,
   bf16 autocast around the forwards (weights and optimizer state stay fp32);
 - `tracerl_bf16e` (opt-in): `tracerl_bf16` plus `engine.dtype=bfloat16`: the rollout engine samples from a
   bfloat16 copy of the weights refreshed at every sync (half the bytes read per decode step; the learner keeps
-  fp32 weights under bf16 autocast); it is compared with `trl_bf16`;
+  fp32 weights under bf16 autocast);
 - `tracerl_sys` (opt-in): `tracerl` with `run.allocator=system` (glibc's malloc defaults: freed blocks of 32 MiB
   or more, and the heap's free top, go back to the kernel and are page-faulted in again the next step);
   `tracerl` itself runs with the default `run.allocator=keep`;
 - `trl_keep` (opt-in): `trl` started with the same malloc settings as tracerl's `keep`
   (`GLIBC_TUNABLES`, models/allocator.py), so that the allocator's share of the difference can be read off;
-- `trl`: `GRPOTrainer` (TRL's defaults otherwise, gradient checkpointing on) with a `rollout_func` that plays the same env through this project's agent
+- `trl`: `GRPOTrainer` (TRL's defaults otherwise: gradient checkpointing on, `adamw_torch_fused`) with a `rollout_func` that plays the same env through this project's agent
   loop with Hugging Face `generate` on the trainer's model (TRL's CPU generation path), its log-probs
   passed along; every row trained.
 
@@ -71,18 +75,28 @@ def _recipe():
     return load_recipe("smollm2")
 
 
-def run_tracerl(model: str, steps: int, seed: int, prompts: int, group: int, threads: int, bf16: bool = False,
-                bf16_engine: bool = False, allocator: str = "keep") -> dict:
+ARM_FLAGS = {"_bf16": ["model.autocast=bf16"], "_bf16e": ["engine.dtype=bfloat16"], "_sys": ["run.allocator=system"],
+             "_fused": ["learner.optimizer=adamw_fused"], "_packed": ["engine.prepack=true"]}
+
+
+def arm_overrides(arm: str) -> list[str]:
+    """A tracerl arm's overrides from the flags its name carries: tracerl_bf16e_fused_packed = bf16 autocast, a
+    bfloat16 engine copy, the fused AdamW kernel and packed engine weights."""
+    flags = ["_" + f for f in arm.split("_")[1:]]
+    unknown = [f for f in flags if f not in ARM_FLAGS]
+    if unknown:
+        raise SystemExit(f"arm {arm!r}: unknown flag {unknown[0]!r}; flags are {', '.join(ARM_FLAGS)}")
+    return [o for f in flags for o in (ARM_FLAGS["_bf16"] if f == "_bf16e" else []) + ARM_FLAGS[f]]
+
+
+def run_tracerl(model: str, steps: int, seed: int, prompts: int, group: int, threads: int,
+                overrides: list[str] = ()) -> dict:
     with tempfile.TemporaryDirectory(prefix="vs-trl-real-") as d:
         cmd = [sys.executable, "-m", "tracerl.cli", "train", "smollm2", f"model.path={model}", "model.gguf_file=null",
                "stages=[rl]", f"rl.steps={steps}", f"rl.prompts_per_step={prompts}", f"rl.group_size={group}",
                "rl.minibatches=1", "rl.eval_every=0", "rl.checkpoint_every=0", f"run.threads={threads}",
                "run.progress=false", f"run.seed={seed}", "rl.algorithm.entropy.coef=1e-9", f"run.dir={d}/run",
-               f"run.allocator={allocator}"]
-        if bf16:
-            cmd.append("model.autocast=bf16")
-        if bf16_engine:
-            cmd.append("engine.dtype=bfloat16")
+               *overrides]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
         if out.returncode != 0:
             raise RuntimeError(f"tracerl train failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
@@ -168,14 +182,20 @@ def _rep_summary(r: dict) -> dict:
     return out
 
 
-PAIRS = (("tracerl", "trl", ""), ("tracerl_bf16", "trl_bf16", "_bf16"), ("tracerl_bf16e", "trl_bf16", "_bf16e"),
-         ("tracerl_sys", "trl", "_sys"), ("tracerl", "trl_keep", "_keep"))
+def pairs_of(arms) -> list[tuple[str, str, str]]:
+    """(tracerl arm, TRL arm, tag): every tracerl arm against TRL as shipped (fp32, fused AdamW, gradient
+    checkpointing), a bf16 one also against TRL in bf16, and plain tracerl against TRL under `keep` malloc."""
+    out = []
+    for ours in (a for a in arms if a.startswith("tracerl")):
+        tag = ours.removeprefix("tracerl")
+        out += [(ours, "trl", tag)] + ([(ours, "trl_bf16", tag + "_vs_trl_bf16")] if "_bf16" in ours else [])
+    return out + [("tracerl", "trl_keep", "_keep")]
 
 
 def summarise(runs: dict[str, list[dict]]) -> dict:
     reps = {arm: [_rep_summary(r) for r in rs] for arm, rs in runs.items()}
     out = {arm: {k: _med([x[k] for x in rs]) for k in rs[0]} for arm, rs in reps.items()}
-    for ours, theirs, tag in PAIRS:
+    for ours, theirs, tag in pairs_of(list(runs)):
         if ours in reps and theirs in reps:
             pairs = list(zip(reps[ours], reps[theirs]))
             for k in ("step_s", "rollout_s", "learner_s"):
@@ -202,12 +222,14 @@ def main(argv=None) -> int:
         if args.arm.startswith("trl"):
             res = run_trl(*common, bf16=args.arm.endswith("_bf16"))  # trl_keep: the driver set GLIBC_TUNABLES
         else:
-            res = run_tracerl(*common, bf16="_bf16" in args.arm, bf16_engine=args.arm.endswith("_bf16e"),
-                              allocator="system" if args.arm.endswith("_sys") else "keep")
+            res = run_tracerl(*common, overrides=arm_overrides(args.arm))
         print("RESULT " + json.dumps(res))
         return 0
-    convert(args.hf_dir)
     arms = args.arms.split(",")
+    for arm in arms:
+        if arm.startswith("tracerl"):
+            arm_overrides(arm)  # an unknown flag stops here, before any arm runs
+    convert(args.hf_dir)
     from tracerl.models.allocator import TUNABLES
 
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
@@ -239,7 +261,7 @@ def main(argv=None) -> int:
                 m = s[arm]
                 print(f"  {arm:8s} step {m['step_s']:.2f}s  rollout {m['rollout_s']:.2f}s  learner {m['learner_s']:.2f}s  "
                       f"gen {m['gen_tok_s']:.0f} tok/s  peak RSS {m['peak_rss_mb']:.0f} MB")
-            for _, _, tag in PAIRS:
+            for _, _, tag in pairs_of(arms):
                 if f"trl_over_tracerl{tag}_step_s" in s:
                     print(f"  TRL{tag} / tracerl{tag} (median of per-rep ratios): step "
                           f"{s[f'trl_over_tracerl{tag}_step_s']:.2f}x  rollout {s[f'trl_over_tracerl{tag}_rollout_s']:.2f}x  "
