@@ -47,3 +47,25 @@ def test_vs_trl_summary_by_hand():
     # reward per second: mean reward x episodes / step: 0.375 x 64 / 3 = 8.0; TRL 0.25 x 64 / 6 = 2.667 -> 3x
     assert s["tracerl"]["reward_per_s"] == pytest.approx(8.0)
     assert s["tracerl"]["reward_per_s_over_trl"] == pytest.approx(3.0)
+
+
+def test_vs_trl_real_arm_flags_and_ratios_by_hand():
+    bench = _load("vs_trl_real")
+    assert bench.arm_overrides("tracerl") == []
+    assert bench.arm_overrides("tracerl_bf16e_fused_packed") == [
+        "model.autocast=bf16", "engine.dtype=bfloat16", "learner.optimizer=adamw_fused", "engine.prepack=true"]
+    with pytest.raises(SystemExit, match="unknown flag '_fast'"):
+        bench.arm_overrides("tracerl_fast")
+
+    def rep(step, rss):  # one repetition: 3 steps, the first (warm-up) dropped
+        return {"step_s": [99.0, step, step], "rollout_s": [9.0, step / 2, step / 2], "learner_s": [9.0, step / 2, step / 2],
+                "tokens": [1, 100, 100], "peak_rss_mb": rss}
+
+    runs = {"tracerl": [rep(8.0, 3000), rep(10.0, 3000)], "tracerl_bf16e": [rep(5.0, 3300), rep(6.0, 3300)],
+            "trl": [rep(12.0, 3000), rep(12.0, 3000)], "trl_bf16": [rep(15.0, 3000), rep(15.0, 3000)]}
+    s = bench.summarise(runs)
+    assert s["trl_over_tracerl_step_s"] == pytest.approx((12 / 8 + 12 / 10) / 2)  # median of two ratios: their mean
+    assert s["trl_over_tracerl_bf16e_step_s"] == pytest.approx((12 / 5 + 12 / 6) / 2)
+    assert s["trl_over_tracerl_bf16e_vs_trl_bf16_step_s"] == pytest.approx((15 / 5 + 15 / 6) / 2)
+    assert s["rss_tracerl_over_trl_bf16e"] == pytest.approx(1.1)
+    assert "trl_over_tracerl_keep_step_s" not in s  # no trl_keep arm ran
