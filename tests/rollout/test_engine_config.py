@@ -12,6 +12,8 @@ from tracerl.errors import UserError
     (["engine.name=vllm", "gateway.agent=examples/gateway_agent/agent.py:run"], "gateway.agent does not combine with engine.name: vllm"),
     (["engine.name=bogus"], "engine.name"),
     (["engine.name=hf", "engine.prepack=true"], "engine.prepack applies to engine.name torch"),
+    (["engine.name=hf", "engine.threads=1"], "engine.threads applies to engine.name torch"),
+    (["engine.threads=0"], "engine.threads"),
 ])
 def test_bad_engine_settings_are_refused_in_one_sentence(overrides, needle):
     with pytest.raises(UserError, match=needle):

@@ -28,6 +28,12 @@ class EngineConfig(Cfg):
     bfloat16; models/prepack.py), packed again after every weight sync and freed while the learner updates:
     a decode step's matmuls 1.2-1.5× faster at 8-32 rows on SmolLM2-135M. The same policy up to float rounding
     (the engine probe measures it). Costs the copy's memory during rollouts and a copy at each sync."""
+    threads: int | None = Field(None, ge=1, le=256)
+    """`torch`: torch's intra-op threads while the engine samples (prefill and decode; the learner keeps
+    `run.threads`); null: `run.threads`. A decode step is ~1,500 small operations, each a parallel region that wakes
+    the pool's sleeping threads (`OMP_WAIT_POLICY=PASSIVE`): on SmolLM2 with bfloat16 weights, 16 rows, one thread
+    decoded faster than two here (90-102 against 105-108 ms a step, docs/performance.md), while the learner's larger
+    products still gain from two. A rollout worker samples with it too."""
     gpu_memory_utilization: float = Field(0.35, gt=0.0, le=0.95)
     """`vllm`: share of the GPU's memory vLLM may take (weights + KV cache); the learner needs the rest."""
     max_model_len: int | None = Field(None, ge=16)
@@ -37,9 +43,10 @@ class EngineConfig(Cfg):
 
     @model_validator(mode="after")
     def _keys_of_the_engine(self) -> EngineConfig:
-        if self.prepack and self.name != "torch":
-            raise ValueError(f"engine.prepack applies to engine.name torch (the built-in engine's linear layers), not "
-                             f"{self.name}; unset engine.prepack or set engine.name=torch")
+        for key in ("prepack", "threads"):
+            if getattr(self, key) not in (None, False) and self.name != "torch":
+                raise ValueError(f"engine.{key} applies to engine.name torch (the built-in engine), not {self.name}; "
+                                 f"unset engine.{key} or set engine.name=torch")
         if self.name != "vllm":
             # by value, not by "was it set": a resolved config (config.yaml) round-trips
             set_here = [k for k in _VLLM_ONLY if getattr(self, k) != type(self).model_fields[k].default]

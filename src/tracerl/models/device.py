@@ -7,6 +7,8 @@ the caller's tensors were on, so roles on different devices compose without the 
 
 from __future__ import annotations
 
+import contextlib
+
 import dataclasses
 
 import torch
@@ -35,6 +37,20 @@ def resolve_device(spec: str | None, *, default: str = "auto", what: str = "mode
             raise UserError(f"{what} is {spec!r} but this machine has {torch.cuda.device_count()} CUDA device(s); "
                             f"use cuda:0..cuda:{torch.cuda.device_count() - 1}")
     return dev
+
+
+@contextlib.contextmanager
+def intra_op_threads(threads: int | None):
+    """torch's intra-op thread count set to `threads` inside the block (None: left as it is), restored after."""
+    before = torch.get_num_threads()
+    if threads is None or threads == before:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def configure_torch(threads: int, *, deterministic: bool, device: torch.device) -> None:

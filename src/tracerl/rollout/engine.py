@@ -26,6 +26,7 @@ import torch
 
 from tracerl.algorithms.logprobs import process_logits  # noqa: F401  (the learner scores under the same)
 from tracerl.models.precision import forward_context, last_logits
+from tracerl.models.device import intra_op_threads
 from tracerl.models.prepack import drop_packs
 from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next  # noqa: F401  (re-exported)
 from tracerl.rollout.stops import StopRules, row_budgets
@@ -59,9 +60,10 @@ class TorchEngine:
     """
 
     def __init__(self, model, tokenizer, *, device: str | torch.device = "cpu", fast: bool = True,
-                 owns_weights: bool = False):
+                 owns_weights: bool = False, threads: int | None = None):
         self.model, self.tokenizer, self.device = model, tokenizer, torch.device(device)
         self.fast = fast
+        self.threads = threads  # engine.threads: torch's intra-op threads while it samples (None: the process's)
         self.version, self._owns = 0, owns_weights
         self._asleep: dict[str, torch.Size] | None = None  # the parameter shapes while the weights are freed
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -125,6 +127,10 @@ class TorchEngine:
             return self.generate_reference(prompts, **kw)
         return _fast_session()(self).generate(list(range(len(prompts))), prompts, **kw)
 
+    def sampling_scope(self):
+        """The context every forward of this engine runs in: its own intra-op thread count (`engine.threads`)."""
+        return intra_op_threads(self.threads)
+
     @torch.no_grad()
     def generate_reference(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int],
                            temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
@@ -149,7 +155,7 @@ class TorchEngine:
         out_ent: list[list[float]] = [[] for _ in range(B)]
         finish = [""] * B
         self.model.eval()
-        with forward_context(self.model):  # bf16 autocast when model.autocast says so (models/precision.py)
+        with self.sampling_scope(), forward_context(self.model):  # bf16 autocast when model.autocast says so
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                              logits_to_keep=last_logits(self.model, ids.shape[1]))
         past, logits = self._cache_of(out), out.logits[:, -1, :]
@@ -170,7 +176,7 @@ class TorchEngine:
             if all(finish):
                 break
             mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=mask.device)], dim=1)
-            with forward_context(self.model):
+            with self.sampling_scope(), forward_context(self.model):
                 out = self.model(input_ids=tok[:, None].to(self.device), attention_mask=mask, position_ids=next_pos,
                                  use_cache=True, **{self._cache_arg: past})
             past, logits = self._cache_of(out), out.logits[:, -1, :]

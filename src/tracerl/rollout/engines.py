@@ -39,11 +39,12 @@ def build_engine(cfg, model, tokenizer, *, seed: int = 0, max_model_len: int = 4
 
         copy = engine_copy(model, cfg.dtype or param_dtype(model), device)
         prepack(copy)
-        return TorchEngine(copy, tokenizer, device=device or "cpu", owns_weights=True)
+        return TorchEngine(copy, tokenizer, device=device or "cpu", owns_weights=True, threads=cfg.threads)
     if cfg.name == "torch":
-        if cfg.dtype is None or cfg.dtype == param_dtype(model):
-            return TorchEngine(model, tokenizer, device=device or "cpu")  # the learner's module: a sync is a version
-        return TorchEngine(engine_copy(model, cfg.dtype, device), tokenizer, device=device or "cpu", owns_weights=True)
+        if cfg.dtype is None or cfg.dtype == param_dtype(model):  # the learner's module: a sync is a version
+            return TorchEngine(model, tokenizer, device=device or "cpu", threads=cfg.threads)
+        return TorchEngine(engine_copy(model, cfg.dtype, device), tokenizer, device=device or "cpu", owns_weights=True,
+                           threads=cfg.threads)
     if cfg.name == "hf":
         from tracerl.rollout.hf_engine import HFGenerateEngine
 

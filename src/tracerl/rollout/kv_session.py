@@ -100,7 +100,7 @@ class GenerationSession:
         """One call under one autocast context (a no-op in fp32): under `model.autocast: bf16` each weight is
         cast to bf16 once per call (autocast's weight cache lives as long as the outermost context) instead
         of once per decode step; the cast is the same, so the tokens and log-probs are too."""
-        with forward_context(self.engine.model):
+        with self.engine.sampling_scope(), forward_context(self.engine.model):  # engine.threads, autocast
             return self._generate(keys, sequences, **kw)
 
     def _generate(self, keys: Sequence[Hashable], sequences: Sequence[Sequence[int]], *,

@@ -275,6 +275,7 @@ class WorkerSettings:
     engine: str = "torch"  # engine.name: torch / hf on the worker's copy, vllm loading its own
     engine_kwargs: dict = dataclasses.field(default_factory=dict)  # vllm: model_dir, dtype, seed, memory, lengths
     prepack: bool = False  # engine.prepack: the torch engine's linear layers on packed weights (models/prepack.py)
+    engine_threads: int | None = None  # engine.threads: intra-op threads while the torch engine samples
 
 
 def worker_model(settings: WorkerSettings):
@@ -296,7 +297,7 @@ def worker_engine(settings: WorkerSettings, model, tokenizer):
             from tracerl.models.prepack import prepack
 
             prepack(model)
-        return TorchEngine(model, tokenizer, device=settings.device)
+        return TorchEngine(model, tokenizer, device=settings.device, threads=settings.engine_threads)
     if settings.engine == "hf":
         from tracerl.rollout.hf_engine import HFGenerateEngine
 
@@ -327,7 +328,7 @@ def worker_settings(model, tokenizer, recipe, spec_ref, hashes: dict[str, str], 
     return WorkerSettings(cls, config, tokenizer, spec_ref, generator_seed=seed, tokenizer_hashes=hashes,
                           partial_rollouts=partial, threads=threads, device=device or str(model_device(model)),
                           dtype=dtype, autocast=getattr(recipe.model, "autocast", None), engine=engine.name,
-                          engine_kwargs=kwargs, prepack=engine.prepack)
+                          engine_kwargs=kwargs, prepack=engine.prepack, engine_threads=engine.threads)
 
 
 def exit_with_parent(parent: int, interval: float = 1.0) -> threading.Thread:
