@@ -10,8 +10,9 @@ reorder) and multiply against that: measured on SmolLM2-135M, one thread, a deco
 The packed copy is rebuilt whenever the weight changes (a weight sync writes it in place, which bumps the
 tensor's version counter, or replaces it) and `drop_packs` frees it (an engine asleep through the update).
 A layer falls back to `F.linear` where the packed kernels do not apply: gradients needed, autocast to
-another dtype than the weight's, a device other than the CPU, or a dtype other than float32 / bfloat16. The product is the same up to
-float rounding (bit for bit at ≥ 16 rows in float32; MKL's few-row kernel differs in the last bits).
+another dtype than the weight's, a device other than the CPU, or a dtype other than float32 / bfloat16.
+The product is the same up to float rounding (bit for bit at ≥ 16 rows in float32; MKL's few-row kernel
+differs in the last bits).
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ def engine_problem(cfg, device=None) -> str | None:
 
 def build_engine(cfg, model, tokenizer, *, seed: int = 0, max_model_len: int = 4096, device=None):
     """The engine of `cfg` over the learner `model` (the torch engine shares it, on `device`, default the
-    CPU, or samples its own copy in `cfg.dtype`, or on packed weights under `cfg.prepack`; hf copies it where it lies; vllm loads its own)."""
+    CPU, or samples its own copy in `cfg.dtype`, or on packed weights under `cfg.prepack`; hf copies it
+    where it lies; vllm loads its own)."""
     problem = engine_problem(cfg, device)
     if problem:
         raise UserError(problem)
