@@ -81,6 +81,7 @@ def test_a_recipe_engine_samples_a_packed_copy_that_sleeps_and_syncs(tiny):
     from tracerl.rollout.engines import build_engine, engine_problem
 
     model, tok = tiny
+    model = copy.deepcopy(model)  # its weights move below: never the session's shared model
     cfg = load_recipe("smoke", ["engine.prepack=true"]).engine
     eng = build_engine(cfg, model, tok)
     assert eng.owns_weights and eng.model is not model
