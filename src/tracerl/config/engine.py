@@ -26,8 +26,8 @@ class EngineConfig(Cfg):
     """`torch` on a CPU: sample from a copy of the weights of its own (in `dtype`, or the learner's) whose linear
     layers keep their weights pre-packed in the matmul library's blocked layout (MKL for float32, oneDNN for
     bfloat16; models/prepack.py), packed again after every weight sync and freed while the learner updates:
-    a decode step's matmuls 1.2-1.5× faster at 8-32 rows on SmolLM2-135M. The same policy up to float rounding
-    (the engine probe measures it). Costs the copy's memory during rollouts and a copy at each sync."""
+    a decode step's matmuls 1.15-1.5× faster at 8-32 rows on SmolLM2-135M (one thread). The same policy up to
+    float rounding (the engine probe measures it). Costs the copy's memory during rollouts and a copy at each sync."""
     threads: int | None = Field(None, ge=1, le=256)
     """`torch`: torch's intra-op threads while the engine samples (prefill and decode; the learner keeps
     `run.threads`); null: `run.threads`. A decode step is ~1,500 small operations, each a parallel region that wakes

@@ -35,17 +35,16 @@ def build_engine(cfg, model, tokenizer, *, seed: int = 0, max_model_len: int = 4
     problem = engine_problem(cfg, device)
     if problem:
         raise UserError(problem)
-    if cfg.name == "torch" and cfg.prepack:  # a copy of its own, its linear layers on packed weights
-        from tracerl.models.prepack import prepack
-
-        copy = engine_copy(model, cfg.dtype or param_dtype(model), device)
-        prepack(copy)
-        return TorchEngine(copy, tokenizer, device=device or "cpu", owns_weights=True, threads=cfg.threads)
     if cfg.name == "torch":
-        if cfg.dtype is None or cfg.dtype == param_dtype(model):  # the learner's module: a sync is a version
+        dtype = cfg.dtype or param_dtype(model)
+        if dtype == param_dtype(model) and not cfg.prepack:  # the learner's module: a sync is a version bump
             return TorchEngine(model, tokenizer, device=device or "cpu", threads=cfg.threads)
-        return TorchEngine(engine_copy(model, cfg.dtype, device), tokenizer, device=device or "cpu", owns_weights=True,
-                           threads=cfg.threads)
+        copy = engine_copy(model, dtype, device)  # a copy of its own: another dtype, or packed weights
+        if cfg.prepack:
+            from tracerl.models.prepack import prepack
+
+            prepack(copy)
+        return TorchEngine(copy, tokenizer, device=device or "cpu", owns_weights=True, threads=cfg.threads)
     if cfg.name == "hf":
         from tracerl.rollout.hf_engine import HFGenerateEngine
 
