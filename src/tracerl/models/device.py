@@ -57,7 +57,16 @@ def configure_torch(threads: int, *, deterministic: bool, device: torch.device) 
     """The process's intra-op threads, and torch's deterministic algorithms when `deterministic` and the
     policy is on the CPU (`run.deterministic`: the same seed gives the same weights at any thread count)."""
     torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(deterministic and device.type == "cpu", warn_only=True)
+    set_deterministic(deterministic and device.type == "cpu")
+
+
+def set_deterministic(on: bool) -> None:
+    """torch's deterministic algorithms on or off, without their debugging fill: by default they also write NaN
+    into every tensor `torch.empty` hands out (`fill_uninitialized_memory`), a guard against kernels that read
+    memory they never wrote. No kernel does that, so the fill changes no result; it is one more write of every
+    activation and gradient buffer (on SmolLM2 ~10 % of the learner's op time and of a decode step)."""
+    torch.use_deterministic_algorithms(on, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
 
 
 def model_device(model) -> torch.device:

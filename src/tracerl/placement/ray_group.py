@@ -36,7 +36,9 @@ class _Actor:
             if p not in sys.path and os.path.isdir(p):
                 sys.path.append(p)
         torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(deterministic, warn_only=True)
+        from tracerl.models.device import set_deterministic
+
+        set_deterministic(deterministic)
         self.rank, self.world, self.handler = rank, world, None
 
     def where(self) -> dict:

@@ -40,6 +40,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from tracerl.algorithms.batch import Batch
 from tracerl.algorithms.spec import Algorithm, PolicyOutput, StepContext
 from tracerl.errors import UserError
+from tracerl.models.device import set_deterministic
 from tracerl.placement.record import record_role
 from tracerl.train.fsdp import ShardedPolicy
 from tracerl.train.shards import SHARD_DIR
@@ -131,7 +132,7 @@ class _Rank:
 
 def _worker(rank: int, world: int, port: int, threads: int, deterministic: bool = False, device: str = "cpu") -> None:
     try:
-        torch.use_deterministic_algorithms(deterministic, warn_only=True)  # as rank 0's process (run.deterministic)
+        set_deterministic(deterministic)  # as rank 0's process (run.deterministic)
         dev = rank_device(device, rank)
         me = _Rank(init_ranks(rank, world, port, threads, dev), dev)
         while True:
