@@ -63,3 +63,30 @@ def test_fused_head_backward_equals_the_plain_computation(monkeypatch, temperatu
     (lp_ref[0] * c + 0.3 * ent_ref[0]).sum().backward()
     for a, b in zip(got, [h1.grad, head.weight.grad, head.bias.grad]):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_fused_head_backward_runs_in_the_forwards_autocast_dtype(monkeypatch):
+    # under bf16 autocast the forward's logits are bf16 products; the backward's are too (as autograd's would be),
+    # not float32 ones: ∂x = bf16(∂z) @ bf16(W), ∂z = c·(onehot − p) − 0.3·p·(z − lse + H) worked out here
+    monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", 3 * 40)
+    g = torch.Generator().manual_seed(2)
+    N, H, V = 23, 16, 40
+    head = torch.nn.Linear(H, V, bias=False)
+    x = torch.randn(N, H, generator=g, requires_grad=True)
+    t = torch.randint(0, V, (N,), generator=g)
+    c = torch.linspace(-1, 1, N)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        lp, ent, _ = chunked_token_scores(x, t, lm_head=head, temperature=1.0)
+    assert type(lp.grad_fn).__name__ == "HeadScoresBackward"
+    (lp * c + 0.3 * ent).sum().backward()
+    wb = head.weight.detach().bfloat16()
+    z = (x.detach().bfloat16() @ wb.t()).float()
+    p, lse = torch.softmax(z, -1), torch.logsumexp(z, -1, keepdim=True)
+    H_ = (lse - (p * z).sum(-1, keepdim=True))
+    dz = c[:, None] * (torch.nn.functional.one_hot(t, V).float() - p) - 0.3 * p * (z - lse + H_)
+    gx = (dz.bfloat16() @ wb).float()
+    assert torch.allclose(x.grad, gx, rtol=1e-3, atol=1e-5)
+    gx32 = dz @ head.weight.detach()  # a float32 product of the backward: further off than bf16 rounding of dz
+    assert (x.grad - gx).abs().max() < (x.grad - gx32).abs().max()
+    gw = (dz.t().bfloat16() @ x.detach().bfloat16()).float()
+    assert torch.allclose(head.weight.grad, gw, rtol=2e-2, atol=1e-3)
