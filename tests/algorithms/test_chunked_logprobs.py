@@ -4,7 +4,7 @@ gradients, with the chunk capped by `CHUNK_ELEMENTS` (fewer rows per chunk at a 
 import pytest
 import torch
 
-from tracerl.algorithms import logprobs
+from tracerl.algorithms import fused_head, logprobs
 from tracerl.algorithms.logprobs import chunk_rows, chunked_token_scores, naive_token_logprobs_and_entropy
 
 
@@ -69,6 +69,7 @@ def test_fused_head_backward_runs_in_the_forwards_autocast_dtype(monkeypatch):
     # under bf16 autocast the forward's logits are bf16 products; the backward's are too (as autograd's would be),
     # not float32 ones: ∂x = bf16(∂z) @ bf16(W), ∂z = c·(onehot − p) − 0.3·p·(z − lse + H) worked out here
     monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", 3 * 40)
+    monkeypatch.setattr(fused_head, "_VOCAB_BLOCK", 16)  # the weight gradient's product in 3 blocks of the vocabulary
     g = torch.Generator().manual_seed(2)
     N, H, V = 23, 16, 40
     head = torch.nn.Linear(H, V, bias=False)

@@ -24,6 +24,9 @@ from __future__ import annotations
 import torch
 
 
+_VOCAB_BLOCK = 8192
+
+
 def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
     dev = x.device.type
     return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
@@ -93,8 +96,10 @@ class HeadScores(torch.autograd.Function):
                     gx[s:s + rows] = (dz.to(w.dtype) @ w).to(x.dtype)
                 if want_w and dt is None:
                     gw.addmm_(dz.t().to(acc), xc.to(acc))
-                elif want_w:  # the chunk's product in dt, summed in float32
-                    gw.add_(dz.t().to(dt) @ xc.to(dt))
+                elif want_w:  # the chunk's product in dt, summed in float32, a block of the vocabulary at a time
+                    dzt, xd = dz.t().to(dt), xc.to(dt)  # (a whole [V, H] product in dt would be one more head's bytes)
+                    for v in range(0, dzt.shape[0], _VOCAB_BLOCK):
+                        gw[v:v + _VOCAB_BLOCK].add_(dzt[v:v + _VOCAB_BLOCK] @ xd)
                 if want_b:
                     gb.add_(dz.sum(0).to(acc))
         return (gx, gw.to(weight.dtype) if want_w else None, gb.to(bias.dtype) if want_b else None, None, None, None)
