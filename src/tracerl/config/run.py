@@ -26,12 +26,14 @@ class RunConfig(Cfg):
     (the shared-prefix cache gather, train/shared_prefix.py) sums in thread order at threads > 1, and two runs
     of one seed drift apart by ~1e-7 per SFT pass. No measurable cost at threads=2 on the default 2-core CPU (CPU
     time 0.99x of off, side by side), where threads=1 instead would cost ~1.2x wall; a CUDA run keeps torch's
-    defaults either way."""
+    defaults either way. torch's NaN fill of every new tensor that comes with these algorithms
+    (`fill_uninitialized_memory`, a debugging guard that changes no number) is left off: it cost the default run
+    5 % of its wall time and SmolLM2's learner ~7 % of its op time (models/device.py)."""
     allocator: Literal["keep", "system"] = "keep"
     """How the C heap treats freed memory (models/allocator.py). `keep`: freed blocks stay in the heap for the
     next step to reuse, none is given back to the kernel, so a step does not page-fault its activations, gradients
     and optimizer temporaries in again (on SmolLM2-135M, page faults in 3 steps 1.8 M -> 0.9 M; a step 5 % shorter
-    idle, more under load; docs/performance.md); the resident set stays at its peak. `system`: the C library's defaults. glibc
+    idle, more under load; docs/performance_smollm2.md); the resident set stays at its peak. `system`: the C library's defaults. glibc
     only (elsewhere both are the defaults); applies to the processes the run starts, too."""
     progress: bool = True
     """Show progress bars for long stages."""

@@ -5,7 +5,7 @@ torch's CPU tensors come from the C library's `malloc`. With glibc's defaults a 
 there. An RL step frees and re-allocates the same sizes every step (activations, gradients set to None after the
 optimizer step, AdamW's temporaries, the logits chunks), so every step the kernel hands out and zeroes those pages
 again: on SmolLM2-135M, 1.8 M page faults in three steps and, on a loaded machine, a third to a half of the
-process's CPU time in the kernel (idle: a step 5 % longer than with `keep`; docs/performance.md). `keep` tells
+process's CPU time in the kernel (idle: a step 5 % longer than with `keep`; docs/performance_smollm2.md). `keep` tells
 glibc to serve every block from the heap and never trim it, so freed memory is reused by the next step without a
 fault: the resident set stays at its peak (what a caching allocator does); the peak itself moves little (measured:
 tracerl's within run-to-run noise, TRL's up 8 % when it ran with the same settings). `system` leaves glibc's

@@ -5,7 +5,7 @@ CPU, torch hands such a product to MKL (float32) or oneDNN (bfloat16) as a plain
 library re-blocks the weight for its kernel on every call. `prepack` turns a model's `nn.Linear` layers into
 `PackedLinear`s that keep a copy of the weight in the library's own blocked layout (MKL `sgemm_pack`, oneDNN's
 reorder) and multiply against that: measured on SmolLM2-135M, one thread, a decode step at 8 rows went from
-137 to 83 ms of matmul (float32), at 32 rows from 142 to 125 ms (docs/performance.md).
+137 to 83 ms of matmul (float32), at 32 rows from 142 to 125 ms (docs/performance_smollm2.md).
 
 The packed copy is rebuilt whenever the weight changes (a weight sync writes it in place, which bumps the
 tensor's version counter, or replaces it) and `drop_packs` frees it (an engine asleep through the update).
