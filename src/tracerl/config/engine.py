@@ -32,8 +32,8 @@ class EngineConfig(Cfg):
     """`torch`: torch's intra-op threads while the engine samples (prefill and decode; the learner keeps
     `run.threads`); null: `run.threads`. A decode step is ~1,500 small operations, each a parallel region that wakes
     the pool's sleeping threads (`OMP_WAIT_POLICY=PASSIVE`): on SmolLM2 with bfloat16 weights, 16 rows, one thread
-    decoded faster than two here (90-102 against 105-108 ms a step, docs/performance_smollm2.md), while the learner's larger
-    products still gain from two. A rollout worker samples with it too."""
+    decoded faster than two here (90-102 against 105-108 ms a step, docs/performance_smollm2.md), while the
+    learner's larger products still gain from two. A rollout worker samples with it too."""
     gpu_memory_utilization: float = Field(0.35, gt=0.0, le=0.95)
     """`vllm`: share of the GPU's memory vLLM may take (weights + KV cache); the learner needs the rest."""
     max_model_len: int | None = Field(None, ge=16)

@@ -33,8 +33,8 @@ class RunConfig(Cfg):
     """How the C heap treats freed memory (models/allocator.py). `keep`: freed blocks stay in the heap for the
     next step to reuse, none is given back to the kernel, so a step does not page-fault its activations, gradients
     and optimizer temporaries in again (on SmolLM2-135M, page faults in 3 steps 1.8 M -> 0.9 M; a step 5 % shorter
-    idle, more under load; docs/performance_smollm2.md); the resident set stays at its peak. `system`: the C library's defaults. glibc
-    only (elsewhere both are the defaults); applies to the processes the run starts, too."""
+    idle, more under load; docs/performance_smollm2.md); the resident set stays at its peak. `system`: the C
+    library's defaults. glibc only (elsewhere both are the defaults); applies to the processes the run starts, too."""
     progress: bool = True
     """Show progress bars for long stages."""
     backend: Literal["local", "ray"] = "local"
