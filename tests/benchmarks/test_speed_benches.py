@@ -69,3 +69,31 @@ def test_vs_trl_real_arm_flags_and_ratios_by_hand():
     assert s["trl_over_tracerl_bf16e_vs_trl_bf16_step_s"] == pytest.approx((15 / 5 + 15 / 6) / 2)
     assert s["rss_tracerl_over_trl_bf16e"] == pytest.approx(1.1)
     assert "trl_over_tracerl_keep_step_s" not in s  # no trl_keep arm ran
+
+
+def test_lean_decode_step_gives_the_hf_forwards_logits(tiny):
+    # benchmarks/lean_decode.py times a decode step against the HF forward; it must compute the same step: float32,
+    # packed and plain linear layers, logits equal (bit for bit here; the check allows float rounding of another order)
+    import copy
+
+    import torch
+    from transformers import DynamicCache
+
+    from tracerl.models.prepack import prepack
+
+    bench = _load("lean_decode")
+    for pack in (False, True):
+        model = copy.deepcopy(tiny[0]).eval()
+        if pack:
+            prepack(model)
+        ids = torch.randint(3, 200, (3, 9), generator=torch.Generator().manual_seed(0))
+        with torch.inference_mode():
+            cache = DynamicCache()
+            tok = model(input_ids=ids, past_key_values=cache, use_cache=True).logits[:, -1].argmax(-1, keepdim=True)
+            kv = cache.layers
+            keys = [torch.cat([layer.keys, layer.keys.new_zeros(layer.keys.shape)], 2) for layer in kv]
+            values = [torch.cat([layer.values, layer.values.new_zeros(layer.values.shape)], 2) for layer in kv]
+            ref = model(input_ids=tok, past_key_values=cache, use_cache=True).logits[:, -1]
+            got = bench.lean_step(model, tok, 9, keys, values)
+        assert got.shape == ref.shape and torch.allclose(got, ref, atol=1e-5, rtol=1e-5)
+        assert torch.equal(keys[0][:, :, 9:10], cache.layers[0].keys[:, :, 9:10])  # the step's key went to column 9
