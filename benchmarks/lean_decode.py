@@ -86,8 +86,8 @@ def main(argv=None) -> int:
         return cache, out.logits[:, -1].argmax(-1, keepdim=True)
 
     def copied(cache):  # the prefill's keys and values in preallocated buffers
-        keys = [cache.layers[i].keys.new_zeros((args.rows, cache.layers[i].keys.shape[1], T, cache.layers[i].keys.shape[3]))
-                for i in range(n_layers)]
+        shape = cache.layers[0].keys.shape
+        keys = [cache.layers[i].keys.new_zeros((args.rows, shape[1], T, shape[3])) for i in range(n_layers)]
         values = [torch.zeros_like(k) for k in keys]
         for i in range(n_layers):
             keys[i][:, :, :args.prompt] = cache.layers[i].keys
@@ -99,7 +99,8 @@ def main(argv=None) -> int:
         times = []
         for _ in range(args.steps):
             t0 = time.perf_counter()
-            tok = model(input_ids=tok, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1].argmax(-1, keepdim=True)
+            out = model(input_ids=tok, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            tok = out.logits[:, -1].argmax(-1, keepdim=True)
             times.append(time.perf_counter() - t0)
         return statistics.median(times[2:]) * 1e3
 
