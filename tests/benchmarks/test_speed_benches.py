@@ -71,29 +71,18 @@ def test_vs_trl_real_arm_flags_and_ratios_by_hand():
     assert "trl_over_tracerl_keep_step_s" not in s  # no trl_keep arm ran
 
 
-def test_lean_decode_step_gives_the_hf_forwards_logits(tiny):
-    # benchmarks/lean_decode.py times a decode step against the HF forward; it must compute the same step: float32,
-    # packed and plain linear layers, logits equal (bit for bit here; the check allows float rounding of another order)
+def test_lean_decode_bench_times_each_decode_step_of_both_engines(tiny):
+    # benchmarks/lean_decode.py: a session's decode steps timed from one sampling call to the next, the samples
+    # returned; both engines over one model sample the same tokens (tests/rollout/test_lean_decode.py: bit for bit)
     import copy
 
-    import torch
-    from transformers import DynamicCache
-
-    from tracerl.models.prepack import prepack
+    from tracerl.rollout import TorchEngine
 
     bench = _load("lean_decode")
-    for pack in (False, True):
-        model = copy.deepcopy(tiny[0]).eval()
-        if pack:
-            prepack(model)
-        ids = torch.randint(3, 200, (3, 9), generator=torch.Generator().manual_seed(0))
-        with torch.inference_mode():
-            cache = DynamicCache()
-            tok = model(input_ids=ids, past_key_values=cache, use_cache=True).logits[:, -1].argmax(-1, keepdim=True)
-            kv = cache.layers
-            keys = [torch.cat([layer.keys, layer.keys.new_zeros(layer.keys.shape)], 2) for layer in kv]
-            values = [torch.cat([layer.values, layer.values.new_zeros(layer.values.shape)], 2) for layer in kv]
-            ref = model(input_ids=tok, past_key_values=cache, use_cache=True).logits[:, -1]
-            got = bench.lean_step(model, tok, 9, keys, values)
-        assert got.shape == ref.shape and torch.allclose(got, ref, atol=1e-5, rtol=1e-5)
-        assert torch.equal(keys[0][:, :, 9:10], cache.layers[0].keys[:, :, 9:10])  # the step's key went to column 9
+    model, tok = copy.deepcopy(tiny[0]).eval(), tiny[1]
+    prompts = [[5, 6, 7, 8], [9, 10, 11, 12]]
+    ms_lean, lean = bench.timed_session(TorchEngine(model, tok, lean_decode=True), prompts, 8)
+    ms_hf, hf = bench.timed_session(TorchEngine(model, tok, lean_decode=False), prompts, 8)
+    assert ms_lean > 0 and ms_hf > 0
+    assert [s.token_ids for s in lean] == [s.token_ids for s in hf] and all(len(s.token_ids) == 8 for s in lean)
+    assert [s.logprobs for s in lean] == [s.logprobs for s in hf]

@@ -14,6 +14,7 @@ from tracerl.errors import UserError
     (["engine.name=hf", "engine.prepack=true"], "engine.prepack applies to engine.name torch"),
     (["engine.name=hf", "engine.threads=1"], "engine.threads applies to engine.name torch"),
     (["engine.threads=0"], "engine.threads"),
+    (["engine.name=hf", "engine.lean_decode=true"], "engine.lean_decode applies to engine.name torch"),
 ])
 def test_bad_engine_settings_are_refused_in_one_sentence(overrides, needle):
     with pytest.raises(UserError, match=needle):

@@ -10,7 +10,8 @@ reorder) and multiply against that: measured on SmolLM2-135M, one thread, a deco
 The packed copy is rebuilt whenever the weight changes (a weight sync writes it in place, which bumps the
 tensor's version counter, or replaces it) and `drop_packs` frees it (an engine asleep through the update).
 A layer falls back to `F.linear` where the packed kernels do not apply: gradients needed, autocast to
-another dtype than the weight's, a device other than the CPU, or a dtype other than float32 / bfloat16.
+another dtype than the weight's, a device other than the CPU, a dtype other than float32 / bfloat16, or bfloat16
+on a CPU without oneDNN's bfloat16 kernels (`bf16_packs_available`).
 The product is the same up to float rounding (bit for bit at ≥ 16 rows in float32; MKL's few-row kernel
 differs in the last bits).
 """
@@ -26,10 +27,20 @@ import torch.nn.functional as F
 PACK_ROWS = 32
 
 
+def bf16_packs_available() -> bool:
+    """Whether oneDNN has bfloat16 matmul kernels on this CPU (AVX-512 BF16 / AVX-NE-CONVERT / AMX; an AVX2-only
+    CPU has none, and there a bfloat16 `PackedLinear` runs `F.linear`)."""
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(check is not None and check())
+
+
 def prepack_available() -> bool:
     """Whether this torch build has the packed-weight CPU kernels (MKL and oneDNN)."""
     return (torch.backends.mkl.is_available() and torch.backends.mkldnn.is_available()
             and hasattr(torch.ops.mkl, "_mkl_linear") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+_PACKABLE = (torch.float32, torch.bfloat16) if bf16_packs_available() else (torch.float32,)
 
 
 class PackedLinear(torch.nn.Linear):
@@ -53,7 +64,7 @@ class PackedLinear(torch.nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
         b = self.bias
-        if (w.device.type != "cpu" or w.dtype not in (torch.float32, torch.bfloat16) or x.dtype != w.dtype
+        if (w.device.type != "cpu" or w.dtype not in _PACKABLE or x.dtype != w.dtype
                 or (b is not None and b.dtype != w.dtype)
                 or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))
                 or (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") != w.dtype) or x.numel() == 0):

@@ -60,9 +60,10 @@ class TorchEngine:
     """
 
     def __init__(self, model, tokenizer, *, device: str | torch.device = "cpu", fast: bool = True,
-                 owns_weights: bool = False, threads: int | None = None):
+                 owns_weights: bool = False, threads: int | None = None, lean_decode: bool = True):
         self.model, self.tokenizer, self.device = model, tokenizer, torch.device(device)
         self.fast = fast
+        self.lean_decode = lean_decode  # engine.lean_decode: decode steps without the HF forward (lean_decode.py)
         self.threads = threads  # engine.threads: torch's intra-op threads while it samples (None: the process's)
         self.version, self._owns = 0, owns_weights
         self._asleep: dict[str, torch.Size] | None = None  # the parameter shapes while the weights are freed

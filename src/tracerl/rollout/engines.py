@@ -28,6 +28,24 @@ def engine_problem(cfg, device=None) -> str | None:
     return None
 
 
+def lean_decode_problem(lean_decode: bool | None, model) -> str | None:
+    """Why `engine.lean_decode: true` cannot hold for the engine's `model` (one sentence), or None."""
+    if lean_decode is not True:
+        return None
+    from tracerl.rollout.lean_decode import lean_problem
+
+    problem = lean_problem(model)
+    return f"engine.lean_decode is true but {problem}; unset engine.lean_decode (the HF forward decodes)" \
+        if problem else None
+
+
+def _lean_checked(cfg, engine: TorchEngine) -> TorchEngine:
+    problem = lean_decode_problem(cfg.lean_decode, engine.model)
+    if problem:
+        raise UserError(problem)
+    return engine
+
+
 def build_engine(cfg, model, tokenizer, *, seed: int = 0, max_model_len: int = 4096, device=None):
     """The engine of `cfg` over the learner `model` (the torch engine shares it, on `device`, default the
     CPU, or samples its own copy in `cfg.dtype`, or on packed weights under `cfg.prepack`; hf copies it
@@ -37,14 +55,17 @@ def build_engine(cfg, model, tokenizer, *, seed: int = 0, max_model_len: int = 4
         raise UserError(problem)
     if cfg.name == "torch":
         dtype = cfg.dtype or param_dtype(model)
+        lean = cfg.lean_decode is not False
         if dtype == param_dtype(model) and not cfg.prepack:  # the learner's module: a sync is a version bump
-            return TorchEngine(model, tokenizer, device=device or "cpu", threads=cfg.threads)
+            return _lean_checked(cfg, TorchEngine(model, tokenizer, device=device or "cpu", threads=cfg.threads,
+                                                  lean_decode=lean))
         copy = engine_copy(model, dtype, device)  # a copy of its own: another dtype, or packed weights
         if cfg.prepack:
             from tracerl.models.prepack import prepack
 
             prepack(copy)
-        return TorchEngine(copy, tokenizer, device=device or "cpu", owns_weights=True, threads=cfg.threads)
+        return _lean_checked(cfg, TorchEngine(copy, tokenizer, device=device or "cpu", owns_weights=True,
+                                              threads=cfg.threads, lean_decode=lean))
     if cfg.name == "hf":
         from tracerl.rollout.hf_engine import HFGenerateEngine
 

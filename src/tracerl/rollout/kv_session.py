@@ -32,6 +32,7 @@ from tracerl.rollout.stops import row_budgets
 from transformers.cache_utils import Cache, CacheLayerMixin  # transformers >= 4.56
 
 from tracerl.models.precision import forward_context, last_logits
+from tracerl.rollout.lean_decode import LeanDecoder, lean_problem
 from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next
 
 
@@ -93,6 +94,9 @@ class GenerationSession:
         # (a view while decoding) instead of having the model rebuild one every forward
         config = getattr(engine.model, "config", None)
         self._own_mask = getattr(config, "_attn_implementation", None) == "sdpa"
+        # decode steps over the model's own modules where the architecture allows (lean_decode.py)
+        self._lean = LeanDecoder(engine.model) if getattr(engine, "lean_decode", False) \
+            and self._own_mask and lean_problem(engine.model) is None else None
         self.stats = {"calls": 0, "fed_tokens": 0, "prefill_rows": 0, "row_forwards": 0}
 
     @torch.no_grad()
@@ -212,9 +216,12 @@ class GenerationSession:
             cursor.k, cursor.col = k, col
             step_mask = mask[:k, None, None, :col + 1] if self._own_mask else mask[:k, :col + 1]
             with forward_context(eng.model):
-                out = eng.model(input_ids=inp.to(dev), attention_mask=step_mask, position_ids=posn.to(dev),
-                                use_cache=True, logits_to_keep=1, **{eng._cache_arg: cache})
-            logits = out.logits[:, -1, :]
+                if self._lean is not None:
+                    logits = self._lean.step(inp.to(dev), posn.to(dev), step_mask, layers, col)
+                else:
+                    out = eng.model(input_ids=inp.to(dev), attention_mask=step_mask, position_ids=posn.to(dev),
+                                    use_cache=True, logits_to_keep=1, **{eng._cache_arg: cache})
+                    logits = out.logits[:, -1, :]
             self.stats["row_forwards"] += k
             col += 1
 

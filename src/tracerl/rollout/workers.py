@@ -276,6 +276,7 @@ class WorkerSettings:
     engine_kwargs: dict = dataclasses.field(default_factory=dict)  # vllm: model_dir, dtype, seed, memory, lengths
     prepack: bool = False  # engine.prepack: the torch engine's linear layers on packed weights (models/prepack.py)
     engine_threads: int | None = None  # engine.threads: intra-op threads while the torch engine samples
+    lean_decode: bool | None = None  # engine.lean_decode: decode steps without the HF forward (lean_decode.py)
 
 
 def worker_model(settings: WorkerSettings):
@@ -297,7 +298,14 @@ def worker_engine(settings: WorkerSettings, model, tokenizer):
             from tracerl.models.prepack import prepack
 
             prepack(model)
-        return TorchEngine(model, tokenizer, device=settings.device, threads=settings.engine_threads)
+        from tracerl.errors import UserError
+        from tracerl.rollout.engines import lean_decode_problem
+
+        problem = lean_decode_problem(settings.lean_decode, model)
+        if problem:
+            raise UserError(problem)
+        return TorchEngine(model, tokenizer, device=settings.device, threads=settings.engine_threads,
+                           lean_decode=settings.lean_decode is not False)
     if settings.engine == "hf":
         from tracerl.rollout.hf_engine import HFGenerateEngine
 
@@ -328,7 +336,8 @@ def worker_settings(model, tokenizer, recipe, spec_ref, hashes: dict[str, str], 
     return WorkerSettings(cls, config, tokenizer, spec_ref, generator_seed=seed, tokenizer_hashes=hashes,
                           partial_rollouts=partial, threads=threads, device=device or str(model_device(model)),
                           dtype=dtype, autocast=getattr(recipe.model, "autocast", None), engine=engine.name,
-                          engine_kwargs=kwargs, prepack=engine.prepack, engine_threads=engine.threads)
+                          engine_kwargs=kwargs, prepack=engine.prepack, engine_threads=engine.threads,
+                          lean_decode=engine.lean_decode)
 
 
 def exit_with_parent(parent: int, interval: float = 1.0) -> threading.Thread:
