@@ -94,3 +94,20 @@ def test_an_engine_copy_sleeps_through_the_update_and_wakes_with_the_new_weights
     shared = build_engine(load_recipe("smoke").engine, model, tok)
     sleep_engine(shared)
     assert shared.model is model and all(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("kernels", [False, True])
+def test_a_bfloat16_engine_on_a_cpu_without_bf16_kernels_is_warned_about(tiny, monkeypatch, kernels):
+    import warnings
+
+    import tracerl.models.prepack as prepack_mod
+    from tracerl.rollout.engines import build_engine
+
+    *_, model, tok = tiny
+    monkeypatch.setattr(prepack_mod, "bf16_packs_available", lambda: kernels)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        build_engine(load_recipe("smoke", ["engine.dtype=bfloat16"]).engine, model, tok)
+        build_engine(load_recipe("smoke", ["engine.dtype=float32"]).engine, model, tok)
+    slow = [w for w in seen if "engine.dtype bfloat16 on a CPU without bfloat16 matmul kernels" in str(w.message)]
+    assert len(slow) == (0 if kernels else 1)

@@ -28,6 +28,19 @@ def engine_problem(cfg, device=None) -> str | None:
     return None
 
 
+def warn_slow_bf16(dtype, device) -> None:
+    """A bfloat16 engine on a CPU without oneDNN's bfloat16 kernels (AVX2 only) decodes on emulated bf16: on
+    SmolLM2-135M, 16 rows, one thread, 563 ms a step against float32's 137 ms (docs/performance_smollm2.md)."""
+    import warnings
+
+    from tracerl.models.prepack import bf16_packs_available
+
+    if dtype == torch.bfloat16 and torch.device(device or "cpu").type == "cpu" and not bf16_packs_available():
+        warnings.warn("engine.dtype bfloat16 on a CPU without bfloat16 matmul kernels (no AVX-512 BF16, "
+                      "AVX-NE-CONVERT or AMX): decoding is several times slower than float32 here; "
+                      "set engine.dtype=float32", RuntimeWarning, stacklevel=3)
+
+
 def lean_decode_problem(lean_decode: bool | None, model) -> str | None:
     """Why `engine.lean_decode: true` cannot hold for the engine's `model` (one sentence), or None."""
     if lean_decode is not True:
@@ -59,6 +72,7 @@ def build_engine(cfg, model, tokenizer, *, seed: int = 0, max_model_len: int = 4
         if dtype == param_dtype(model) and not cfg.prepack:  # the learner's module: a sync is a version bump
             return _lean_checked(cfg, TorchEngine(model, tokenizer, device=device or "cpu", threads=cfg.threads,
                                                   lean_decode=lean))
+        warn_slow_bf16(getattr(torch, dtype) if isinstance(dtype, str) else dtype, device)
         copy = engine_copy(model, dtype, device)  # a copy of its own: another dtype, or packed weights
         if cfg.prepack:
             from tracerl.models.prepack import prepack
