@@ -8,8 +8,8 @@ from tracerl.rollout import TorchEngine
 
 
 def _seen_threads(model) -> list[int]:
-    seen = []
-    model.register_forward_pre_hook(lambda module, args: seen.append(torch.get_num_threads()))
+    seen = []  # on the head: every forward reaches it, the HF one and the lean decode step (lean_decode.py) alike
+    model.lm_head.register_forward_pre_hook(lambda module, args: seen.append(torch.get_num_threads()))
     return seen
 
 
