@@ -125,6 +125,9 @@ def test_models_the_lean_step_does_not_cover_decode_through_their_forward(tiny):
     eager.set_attn_implementation("eager")
     assert "sdpa" in lean_problem(eager)
     assert GenerationSession(TorchEngine(eager, tok))._lean is None
+    hooked = copy.deepcopy(model)
+    hooked.register_forward_pre_hook(lambda module, args: None)  # a hook on the forward must see every step
+    assert "hooks" in lean_problem(hooked) and GenerationSession(TorchEngine(hooked, tok))._lean is None
     wrapped = torch.nn.Sequential(model)
     assert "LlamaForCausalLM" in lean_problem(wrapped)
     with pytest.raises(ValueError, match="not Sequential"):

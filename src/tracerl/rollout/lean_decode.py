@@ -12,8 +12,9 @@ tests/rollout/test_lean_decode.py), so the tokens and behaviour log-probs are to
 
 Used by the generation session (kv_session.py) for its decode steps, never for prefill, where `lean_problem`
 finds nothing to object to: `LlamaForCausalLM` / `Qwen2ForCausalLM` (Llama, SmolLM2, Qwen2 / 2.5, the tiny
-model) with sdpa attention, a static rotary embedding and no sliding-window layers. Anything else (a PEFT
-wrapper, another architecture, eager attention) decodes through the model's forward (`engine.lean_decode`).
+model) with sdpa attention, a static rotary embedding, no sliding-window layers and no hooks on the model's
+forward. Anything else (a PEFT wrapper, another architecture, eager attention, a hooked forward) decodes through
+the model's forward (`engine.lean_decode`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def lean_problem(model) -> str | None:
     rope = getattr(model.model.rotary_emb, "rope_type", "default")
     if rope not in _STATIC_ROPE:
         return f"the lean decode step takes a static rotary embedding, not rope_type {rope}"
+    if model._forward_hooks or model._forward_pre_hooks:  # e.g. accelerate's device hooks: they must see each step
+        return f"the lean decode step bypasses {name}.forward, which has hooks registered on it"
     if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
         return "the lean decode step has no sliding-window attention, which this model's layers use"
     return None
