@@ -37,7 +37,8 @@ class EngineConfig(Cfg):
     lean_decode: bool | None = None
     """`torch`: decode steps through the model's own modules instead of its Hugging Face forward
     (rollout/lean_decode.py): the same arithmetic in the same order, so the same logits bit for bit, without the
-    forward's Python and small operations around them (SmolLM2-135M: a decode step 13-16 % shorter). Llama-
+    forward's Python and small operations around it (SmolLM2-135M, 16 rows: a step 1.02x shorter on an AVX2 host,
+    the prototype 1.16x on an AVX-512 one; the default run 586 -> 534 s, docs/performance_smollm2.md). Llama-
     architecture models (Llama, SmolLM2, Qwen2, the tiny model) with sdpa attention; null: wherever it applies,
     the HF forward elsewhere; true: refused where it does not apply; false: always the HF forward."""
     gpu_memory_utilization: float = Field(0.35, gt=0.0, le=0.95)
