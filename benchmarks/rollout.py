@@ -152,20 +152,21 @@ def bench_env(name: str, model_dir: str, *, prompts: int, group: int, reps: int,
 
     packed = {}  # engine.prepack copies by dtype, made when an arm needs them
 
-    def copy_packed(dtype: str):
+    def copy_packed(dtype: str):  # "float16": a float32 copy, its linear weights packed in half precision
         if dtype not in packed:
             from tracerl.models.prepack import prepack
             from tracerl.models.weights import engine_copy
 
-            packed[dtype] = engine_copy(model, dtype)
-            prepack(packed[dtype])
+            packed[dtype] = engine_copy(model, "float32" if dtype == "float16" else dtype)
+            prepack(packed[dtype], half=dtype == "float16")
         return packed[dtype]
 
     make = {"tracerl": lambda: TorchEngine(model, tok), "plain": lambda: TorchEngine(model, tok, fast=False),
             "hf": lambda: HFGenerateEngine(model, tok), "tracerl_bf16": lambda: TorchEngine(copy16(), tok),
             "hf_bf16": lambda: HFGenerateEngine(copy16(), tok),
             "tracerl_packed": lambda: TorchEngine(copy_packed("float32"), tok),  # engine.prepack=true
-            "tracerl_bf16_packed": lambda: TorchEngine(copy_packed("bfloat16"), tok)}  # + engine.dtype=bfloat16
+            "tracerl_bf16_packed": lambda: TorchEngine(copy_packed("bfloat16"), tok),  # + engine.dtype=bfloat16
+            "tracerl_half": lambda: TorchEngine(copy_packed("float16"), tok)}  # engine.prepack=float16
     tasks_all = spec.generate("train", prompts * reps, seed)
     runs: dict[str, list[dict]] = {e: [] for e in engines}
     for r in range(reps):
@@ -183,7 +184,7 @@ def bench_env(name: str, model_dir: str, *, prompts: int, group: int, reps: int,
                 if base in med:
                     out[f"gen_ratio_bf16_vs_{base}"] = statistics.median(
                         a["gen_tok_s"] / b["gen_tok_s"] for a, b in zip(runs[e], runs[base]))
-        if e.endswith("_packed"):  # engine.prepack against HF generate in fp32 (as TRL runs it) and in bf16
+        if e.endswith(("_packed", "_half")):  # engine.prepack against HF generate in fp32 (as TRL runs it) and in bf16
             for base in ("hf", "hf_bf16"):
                 if base in med:
                     out[f"gen_ratio_{e}_vs_{base}"] = statistics.median(

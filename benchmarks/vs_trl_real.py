@@ -17,7 +17,9 @@ budgets (96 tokens, 32 new) and temperature 0.7, lr 3e-5, `--prompts` x `--group
 - a tracerl arm's name carries flags, any combination (`ARM_FLAGS`): `_bf16` (`model.autocast=bf16`), `_bf16e`
   (`_bf16` plus `engine.dtype=bfloat16`), `_fused` (`learner.optimizer=adamw_fused`, the AdamW kernel TRL uses by
   default), `_packed` (`engine.prepack=true`), `_et1` (`engine.threads=1`: the engine samples on one thread, the
-  learner keeps `--threads`), `_sys` (`run.allocator=system`); e.g. `tracerl_bf16e_fused_packed`.
+  learner keeps `--threads`), `_sys` (`run.allocator=system`), `_half` (`engine.prepack=float16`: a float32 engine copy
+  whose linear weights are packed in half precision for fbgemm, the AVX2 host's fast path); e.g.
+  `tracerl_bf16e_fused_packed`, `tracerl_half`.
   Every tracerl arm is compared with `trl`, a bf16 one with `trl_bf16` too;
 - `tracerl_bf16` / `trl_bf16` (opt-in arms): the same with `model.autocast=bf16` / `GRPOConfig(bf16=True)`,
   bf16 autocast around the forwards (weights and optimizer state stay fp32);
@@ -78,7 +80,7 @@ def _recipe():
 
 ARM_FLAGS = {"_bf16": ["model.autocast=bf16"], "_bf16e": ["engine.dtype=bfloat16"], "_sys": ["run.allocator=system"],
              "_fused": ["learner.optimizer=adamw_fused"], "_packed": ["engine.prepack=true"],
-             "_et1": ["engine.threads=1"]}
+             "_et1": ["engine.threads=1"], "_half": ["engine.prepack=float16"]}
 
 
 def arm_overrides(arm: str) -> list[str]:

@@ -22,12 +22,17 @@ class EngineConfig(Cfg):
     weight sync (e.g. an fp32 learner sampling from bfloat16 weights: half the bytes read per decode step);
     the learner's dtype keeps the shared module. A copy in another dtype samples a slightly different policy,
     which the behaviour log-probs record and the engine probe (`gates.probe_logprob_diff_max`) measures."""
-    prepack: bool = False
+    prepack: bool | Literal["float16"] = False
     """`torch` on a CPU: sample from a copy of the weights of its own (in `dtype`, or the learner's) whose linear
     layers keep their weights pre-packed in the matmul library's blocked layout (MKL for float32, oneDNN for
     bfloat16; models/prepack.py), packed again after every weight sync and freed while the learner updates:
-    a decode step's matmuls 1.15-1.5× faster at 8-32 rows on SmolLM2-135M (one thread). The same policy up to
-    float rounding (the engine probe measures it). Costs the copy's memory during rollouts and a copy at each sync."""
+    a decode step's matmuls 1.15-1.5× faster at 8-32 rows on SmolLM2-135M (one thread, AVX-512 host; even on an
+    AVX2 one). The same policy up to float rounding (the engine probe measures it). Costs the copy's memory during
+    rollouts and a copy at each sync. `float16`: a float32 copy whose linear weights are packed in half precision for
+    fbgemm's fp16-weight GEMM (x86 with AVX2; float32 activations and sums): half the bytes per product, the
+    matmuls of a decode step 2.1x faster at 16 rows and 3.8x at 4 on an AVX2 host without bfloat16 kernels
+    (docs/performance_smollm2.md); the weights rounded to float16, which the behaviour log-probs record and the
+    probe measures."""
     threads: int | None = Field(None, ge=1, le=256)
     """`torch`: torch's intra-op threads while the engine samples (prefill and decode; the learner keeps
     `run.threads`); null: `run.threads`. A decode step is ~1,500 small operations, each a parallel region that wakes
@@ -54,6 +59,9 @@ class EngineConfig(Cfg):
             if getattr(self, key) not in (None, False) and self.name != "torch":
                 raise ValueError(f"engine.{key} applies to engine.name torch (the built-in engine), not {self.name}; "
                                  f"unset engine.{key} or set engine.name=torch")
+        if self.prepack == "float16" and self.dtype not in (None, "float32"):
+            raise ValueError(f"engine.prepack float16 packs a float32 copy's linear weights in half precision and "
+                             f"engine.dtype is {self.dtype}; unset engine.dtype or set engine.prepack=true")
         if self.name != "vllm":
             # by value, not by "was it set": a resolved config (config.yaml) round-trips
             set_here = [k for k in _VLLM_ONLY if getattr(self, k) != type(self).model_fields[k].default]

@@ -14,9 +14,19 @@ another dtype than the weight's, a device other than the CPU, a dtype other than
 on a CPU without oneDNN's bfloat16 kernels (`bf16_packs_available`).
 The product is the same up to float rounding (bit for bit at ≥ 16 rows in float32; MKL's few-row kernel
 differs in the last bits).
+
+`prepack(model, half=True)` (`engine.prepack: float16`) packs float32 layers' weights in half precision instead, for
+fbgemm's fp16-weight GEMM (x86 with AVX2 / F16C): float32 activations, the weights widened in registers, sums in
+float32. Half the bytes read per product and a kernel made for few rows: on an AVX2 host without bfloat16 kernels,
+SmolLM2's 211 matmuls of a decode step took 87 against 182 ms at 16 rows and 28 against 109 ms at 4 rows (one
+thread). The weights are rounded to float16 (11 significant bits; bfloat16 keeps 8), so the policy it samples is
+the learner's up to that rounding, which the engine probe measures.
 """
 
 from __future__ import annotations
+
+import threading
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +50,24 @@ def prepack_available() -> bool:
             and hasattr(torch.ops.mkl, "_mkl_linear") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
+def fp16_packs_available() -> bool:
+    """Whether this torch has fbgemm's fp16-weight GEMM for this CPU (x86 with AVX2 and F16C; `prepack(half=True)`)."""
+    if not all(hasattr(torch, f) for f in ("fbgemm_pack_gemm_matrix_fp16", "fbgemm_linear_fp16_weight")):
+        return False
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        return False
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # deprecated in torch 2.13, not gone: this checks it still runs
+            w = torch.ones(8, 4)
+            out = torch.fbgemm_linear_fp16_weight(torch.ones(2, 4), torch.fbgemm_pack_gemm_matrix_fp16(w), torch.zeros(8))
+    except RuntimeError:
+        return False
+    return bool(torch.equal(out, torch.full((2, 8), 4.0)))
+
+
 _PACKABLE = (torch.float32, torch.bfloat16) if bf16_packs_available() else (torch.float32,)
 
 
@@ -61,13 +89,22 @@ class PackedLinear(torch.nn.Linear):
             self._packed_key = key
         return self._packed
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _weight_packable(self) -> bool:
+        """Whether this layer's weight (and bias) can be packed for its kernel."""
+        w, b = self.weight, self.bias
+        return w.device.type == "cpu" and w.dtype in _PACKABLE and (b is None or b.dtype == w.dtype)
+
+    def _packs_for(self, x: torch.Tensor) -> bool:
+        """Whether a product with `x` runs on the packed weight (else `F.linear`): no gradients wanted, no autocast
+        to another dtype, `x` in the weight's dtype and not empty."""
         w = self.weight
-        b = self.bias
-        if (w.device.type != "cpu" or w.dtype not in _PACKABLE or x.dtype != w.dtype
-                or (b is not None and b.dtype != w.dtype)
-                or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))
-                or (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") != w.dtype) or x.numel() == 0):
+        return (self._weight_packable() and x.dtype == w.dtype and x.numel() > 0
+                and not (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))
+                and not (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") != w.dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w, b = self.weight, self.bias
+        if not self._packs_for(x):
             return F.linear(x, w, b)
         packed = self._pack()
         flat = x.reshape(-1, x.shape[-1])
@@ -78,14 +115,76 @@ class PackedLinear(torch.nn.Linear):
         return out.view(*x.shape[:-1], out.shape[-1])
 
 
-def prepack(model: torch.nn.Module) -> int:
-    """Turn every `nn.Linear` of `model` into a `PackedLinear` in place (parameters untouched); returns how many."""
+_QUIET = threading.Lock()
+_quieted: set[str] = set()
+
+
+def _quiet_once(fn, *args):
+    """`fn(*args)` with its first call's warnings silenced: fbgemm's fp16 entry points are deprecated in torch 2.13
+    (not gone), and torch warns once per process; later calls (from any thread) run without touching the filters."""
+    if fn.__name__ not in _quieted:
+        with _QUIET:
+            if fn.__name__ not in _quieted:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    out = fn(*args)
+                _quieted.add(fn.__name__)
+                return out
+    return fn(*args)
+
+
+class HalfPackedLinear(PackedLinear):
+    """A `PackedLinear` whose float32 weight is packed in float16 for fbgemm (`prepack(model, half=True)`): float32
+    activations times float16 weights, summed in float32. Falls back to `F.linear` where `PackedLinear` would, and
+    for a weight or input that is not float32."""
+
+    def _pack(self) -> torch.Tensor:
+        w = self.weight.detach()
+        key = (w.data_ptr(), w._version, w.dtype)
+        if self._packed_key != key:
+            self._packed = None
+            self._packed = _quiet_once(torch.fbgemm_pack_gemm_matrix_fp16, w)
+            self._packed_key = key
+            self._zero_bias = torch.zeros(w.shape[0], dtype=torch.float32)
+        return self._packed
+
+    def _weight_packable(self) -> bool:
+        w, b = self.weight, self.bias
+        return w.device.type == "cpu" and w.dtype == torch.float32 and (b is None or b.dtype == torch.float32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self._packs_for(x):
+            return F.linear(x, self.weight, self.bias)
+        b = self.bias
+        return _quiet_once(torch.fbgemm_linear_fp16_weight, x, self._pack(), b if b is not None else self._zero_bias)
+
+
+def prepack(model: torch.nn.Module, *, half: bool = False) -> int:
+    """Turn every `nn.Linear` of `model` into a `PackedLinear` (`half`: a `HalfPackedLinear`) in place (parameters
+    untouched); returns how many."""
+    cls = HalfPackedLinear if half else PackedLinear
     n = 0
     for module in model.modules():
         if type(module) is torch.nn.Linear:
-            module.__class__ = PackedLinear
+            module.__class__ = cls
             n += 1
     return n
+
+
+def pack_all(model: torch.nn.Module, threads: int = 1) -> int:
+    """Pack every packable `PackedLinear` of `model` now, `threads` layers at a time, instead of each at its first
+    product (a weight sync, then the rollout's first forward). The packing routines run on one thread each: fbgemm's
+    float16 packing of SmolLM2-135M's 211 layers took 2.25 s on one thread, 1.55-1.79 s on two. Returns how many."""
+    layers = [m for m in model.modules() if isinstance(m, PackedLinear) and m._weight_packable()]
+    if threads > 1 and len(layers) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda m: m._pack(), layers))
+    else:
+        for m in layers:
+            m._pack()
+    return len(layers)
 
 
 def drop_packs(model: torch.nn.Module) -> None:

@@ -27,7 +27,7 @@ import torch
 from tracerl.algorithms.logprobs import process_logits  # noqa: F401  (the learner scores under the same)
 from tracerl.models.precision import forward_context, last_logits
 from tracerl.models.device import intra_op_threads
-from tracerl.models.prepack import drop_packs
+from tracerl.models.prepack import drop_packs, pack_all
 from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next  # noqa: F401  (re-exported)
 from tracerl.rollout.stops import StopRules, row_budgets
 
@@ -87,6 +87,8 @@ class TorchEngine:
                     p.data = torch.empty(self._asleep[name], dtype=p.dtype, device=p.device)
                 self._asleep = None
             self.model.load_state_dict(state_dict)
+            # engine.prepack: every layer packed now, a few at a time, not one by one in the first forward
+            pack_all(self.model, self.threads or torch.get_num_threads())
         self.version = int(version)
 
     def sleep(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from tracerl.errors import UserError
+from tracerl.models.precision import set_autocast
 from tracerl.models.weights import engine_copy, param_dtype
 from tracerl.rollout.engine import TorchEngine
 
@@ -18,7 +19,13 @@ def engine_problem(cfg, device=None) -> str | None:
         if device is not None and torch.device(device).type != "cpu":
             return (f"engine.prepack packs weights for a CPU's matmul libraries and the engine runs on {device}; "
                     "unset engine.prepack or set model.device=cpu")
-        if not prepack_available():
+        if cfg.prepack == "float16":
+            from tracerl.models.prepack import fp16_packs_available
+
+            if not fp16_packs_available():
+                return ("engine.prepack float16 needs fbgemm's fp16-weight matmul (an x86 CPU with AVX2), which this "
+                        "machine or torch lacks; set engine.prepack=true or unset it")
+        elif not prepack_available():
             return ("engine.prepack needs a torch built with MKL and oneDNN (the packed-weight kernels), which this "
                     "torch lacks; unset engine.prepack")
     if cfg.name == "vllm":
@@ -26,6 +33,15 @@ def engine_problem(cfg, device=None) -> str | None:
 
         return vllm_problem()
     return None
+
+
+def copy_precision(cfg, learner_dtype, autocast: str | None) -> tuple:
+    """(dtype, autocast) of a torch engine's own copy: `engine.dtype` (else the learner's) under the model's
+    autocast; with `engine.prepack: float16` a float32 copy without autocast (its linear layers multiply float32
+    activations by float16-packed weights, which an autocast to bfloat16 would bypass)."""
+    if cfg.prepack == "float16":
+        return "float32", None
+    return cfg.dtype or learner_dtype, autocast
 
 
 def warn_slow_bf16(dtype, device) -> None:
@@ -67,17 +83,19 @@ def build_engine(cfg, model, tokenizer, *, seed: int = 0, max_model_len: int = 4
     if problem:
         raise UserError(problem)
     if cfg.name == "torch":
-        dtype = cfg.dtype or param_dtype(model)
+        dtype, _ = copy_precision(cfg, param_dtype(model), None)
         lean = cfg.lean_decode is not False
         if dtype == param_dtype(model) and not cfg.prepack:  # the learner's module: a sync is a version bump
             return _lean_checked(cfg, TorchEngine(model, tokenizer, device=device or "cpu", threads=cfg.threads,
                                                   lean_decode=lean))
         warn_slow_bf16(getattr(torch, dtype) if isinstance(dtype, str) else dtype, device)
         copy = engine_copy(model, dtype, device)  # a copy of its own: another dtype, or packed weights
+        if cfg.prepack == "float16":  # without autocast (copy_precision)
+            copy = set_autocast(copy, None)
         if cfg.prepack:
             from tracerl.models.prepack import prepack
 
-            prepack(copy)
+            prepack(copy, half=cfg.prepack == "float16")
         return _lean_checked(cfg, TorchEngine(copy, tokenizer, device=device or "cpu", owns_weights=True,
                                               threads=cfg.threads, lean_decode=lean))
     if cfg.name == "hf":

@@ -274,7 +274,7 @@ class WorkerSettings:
     autocast: str | None = None  # model.autocast: the worker's forwards run under it, as the learner's
     engine: str = "torch"  # engine.name: torch / hf on the worker's copy, vllm loading its own
     engine_kwargs: dict = dataclasses.field(default_factory=dict)  # vllm: model_dir, dtype, seed, memory, lengths
-    prepack: bool = False  # engine.prepack: the torch engine's linear layers on packed weights (models/prepack.py)
+    prepack: bool | str = False  # engine.prepack: the torch engine's linear layers on packed weights (models/prepack.py)
     engine_threads: int | None = None  # engine.threads: intra-op threads while the torch engine samples
     lean_decode: bool | None = None  # engine.lean_decode: decode steps without the HF forward (lean_decode.py)
 
@@ -297,7 +297,7 @@ def worker_engine(settings: WorkerSettings, model, tokenizer):
         if settings.prepack:  # the worker's copy is its own: its layers are packed in place
             from tracerl.models.prepack import prepack
 
-            prepack(model)
+            prepack(model, half=settings.prepack == "float16")
         from tracerl.errors import UserError
         from tracerl.rollout.engines import lean_decode_problem
 
@@ -326,6 +326,11 @@ def worker_settings(model, tokenizer, recipe, spec_ref, hashes: dict[str, str], 
     cls, config = plain_architecture(model)
     engine = recipe.engine
     dtype = (engine.dtype if engine.name in ("hf", "torch") else None) or param_dtype(model)
+    autocast = getattr(recipe.model, "autocast", None)
+    if engine.name == "torch":
+        from tracerl.rollout.engines import copy_precision
+
+        dtype, autocast = copy_precision(engine, dtype, autocast)
     kwargs = {}
     if engine.name == "vllm":
         from tracerl.rollout.vllm_engine import vllm_dtype, vllm_model_dir
@@ -335,7 +340,7 @@ def worker_settings(model, tokenizer, recipe, spec_ref, hashes: dict[str, str], 
                       max_model_len=engine.max_model_len or recipe.env.max_tokens, enforce_eager=engine.enforce_eager)
     return WorkerSettings(cls, config, tokenizer, spec_ref, generator_seed=seed, tokenizer_hashes=hashes,
                           partial_rollouts=partial, threads=threads, device=device or str(model_device(model)),
-                          dtype=dtype, autocast=getattr(recipe.model, "autocast", None), engine=engine.name,
+                          dtype=dtype, autocast=autocast, engine=engine.name,
                           engine_kwargs=kwargs, prepack=engine.prepack, engine_threads=engine.threads,
                           lean_decode=engine.lean_decode)
 
