@@ -90,6 +90,9 @@ def test_a_recipe_engine_samples_a_float32_half_packed_copy_without_autocast(tin
             p.add_(0.01)
     sync_weights(eng, model, 1)
     assert all(m._packed is not None for m in layers)  # packed at the sync (pack_all), not in the first forward
+    # the float32 weights of the packed layers are freed (the packs are what they multiply); the tied head stays
+    assert all(m.weight.numel() == 0 for m in layers if m is not eng.model.lm_head)
+    assert eng.model.lm_head.weight.numel() > 0 and eng.model.lm_head.weight is eng.model.model.embed_tokens.weight
     assert run_probe(eng, model, prompts, max_new_tokens=8)["probe/logprob_absdiff_max"] < 0.05
     torch.testing.assert_close(eng.model.lm_head.weight, model.lm_head.weight)
 
@@ -138,3 +141,31 @@ def test_pack_all_packs_every_layer_on_threads_as_one_by_one(half):
     assert all(isinstance(m, PackedLinear) and m._packed is not None for m in net[:6]) and net[6]._packed is None
     with torch.no_grad():
         assert torch.equal(net[:6](x), lazy)
+
+
+def test_a_released_layer_multiplies_through_its_pack_and_is_allocated_again_at_the_next_load():
+    from tracerl.models.prepack import release_packed_weights
+    from tracerl.rollout.engine import TorchEngine
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 16, bias=False))
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        ref = F.linear(F.linear(x, net[0].weight.half().float(), net[0].bias), net[1].weight.half().float())
+    learner = copy.deepcopy(net)
+    prepack(net, half=True)
+    pack_all(net)
+    assert release_packed_weights(net) == 2 and all(m.weight.numel() == 0 for m in net)
+    with torch.no_grad():
+        torch.testing.assert_close(net(x), ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(net(x.double()), ref.double(), rtol=1e-5, atol=1e-5)  # any input: through the pack
+
+    eng = TorchEngine.__new__(TorchEngine)  # the weight handling alone (the module is not a language model)
+    eng.model, eng.threads, eng._owns, eng._asleep, eng.version = net, 1, True, False, 0
+    eng._shapes = {n: p.shape for n, p in learner.named_parameters()}
+    with torch.no_grad():
+        learner[1].weight.mul_(2.0)
+    eng.load_weights(learner.state_dict(), 1)
+    assert all(m.weight.numel() == 0 and m._packed is not None for m in net)  # loaded, packed, released again
+    with torch.no_grad():
+        assert torch.allclose(net(x), 2 * ref, rtol=1e-3, atol=1e-3)

@@ -150,13 +150,22 @@ class HalfPackedLinear(PackedLinear):
 
     def _weight_packable(self) -> bool:
         w, b = self.weight, self.bias
-        return w.device.type == "cpu" and w.dtype == torch.float32 and (b is None or b.dtype == torch.float32)
+        return (w.device.type == "cpu" and w.dtype == torch.float32 and w.numel() > 0
+                and (b is None or b.dtype == torch.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = self.bias
+        if self._released:  # the pack is all there is (release_packed_weights): any input goes through it
+            out = _quiet_once(torch.fbgemm_linear_fp16_weight, x.float(), self._packed,
+                              b.float() if b is not None else self._zero_bias)
+            return out.to(x.dtype)
         if not self._packs_for(x):
             return F.linear(x, self.weight, self.bias)
-        b = self.bias
         return _quiet_once(torch.fbgemm_linear_fp16_weight, x, self._pack(), b if b is not None else self._zero_bias)
+
+    @property
+    def _released(self) -> bool:
+        return self._packed is not None and self.weight.numel() == 0
 
 
 def prepack(model: torch.nn.Module, *, half: bool = False) -> int:
@@ -185,6 +194,22 @@ def pack_all(model: torch.nn.Module, threads: int = 1) -> int:
         for m in layers:
             m._pack()
     return len(layers)
+
+
+def release_packed_weights(model: torch.nn.Module) -> int:
+    """Free the float32 weight of every packed `HalfPackedLinear` of `model` whose weight no other module shares (a
+    tied head's is the embedding's): its products read the pack alone, so a rollout holds 2 bytes a weight, not 6.
+    The owner allocates the weights again before loading new ones (`TorchEngine.load_weights`); the state dict
+    holds empty tensors meanwhile. Returns how many."""
+    uses: dict[int, int] = {}
+    for _, p in model.named_parameters(remove_duplicate=False):
+        uses[id(p)] = uses.get(id(p), 0) + 1
+    n = 0
+    for m in model.modules():
+        if isinstance(m, HalfPackedLinear) and m._packed is not None and m.weight.numel() and uses[id(m.weight)] == 1:
+            m.weight.data = torch.empty(0, dtype=m.weight.dtype, device=m.weight.device)
+            n += 1
+    return n
 
 
 def drop_packs(model: torch.nn.Module) -> None:

@@ -27,7 +27,7 @@ import torch
 from tracerl.algorithms.logprobs import process_logits  # noqa: F401  (the learner scores under the same)
 from tracerl.models.precision import forward_context, last_logits
 from tracerl.models.device import intra_op_threads
-from tracerl.models.prepack import drop_packs, pack_all
+from tracerl.models.prepack import drop_packs, pack_all, release_packed_weights
 from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next  # noqa: F401  (re-exported)
 from tracerl.rollout.stops import StopRules, row_budgets
 
@@ -66,7 +66,11 @@ class TorchEngine:
         self.lean_decode = lean_decode  # engine.lean_decode: decode steps without the HF forward (lean_decode.py)
         self.threads = threads  # engine.threads: torch's intra-op threads while it samples (None: the process's)
         self.version, self._owns = 0, owns_weights
-        self._asleep: dict[str, torch.Size] | None = None  # the parameter shapes while the weights are freed
+        self._asleep = False  # a copy of its own whose weights are freed through the learner's update
+        # a copy of its own: its parameter shapes, to allocate what sleep (or a release of packed weights) freed
+        self._shapes = {name: p.shape for name, p in model.named_parameters()} if owns_weights else {}
+        if owns_weights:
+            self._pack()
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._stops = StopRules(tokenizer)
         # transformers >= 5 names the KV cache `cache`; earlier versions `past_key_values`
@@ -82,26 +86,31 @@ class TorchEngine:
         if state_dict is not None:
             if not self._owns:
                 raise ValueError("this TorchEngine shares the learner's module; sync it with load_weights(None, version)")
-            if self._asleep is not None:
-                for name, p in self.model.named_parameters():
-                    p.data = torch.empty(self._asleep[name], dtype=p.dtype, device=p.device)
-                self._asleep = None
+            for name, p in self.model.named_parameters():
+                if p.shape != self._shapes[name]:  # freed by sleep or by release_packed_weights
+                    p.data = torch.empty(self._shapes[name], dtype=p.dtype, device=p.device)
+            self._asleep = False
             self.model.load_state_dict(state_dict)
-            # engine.prepack: every layer packed now, a few at a time, not one by one in the first forward
-            pack_all(self.model, self.threads or torch.get_num_threads())
+            self._pack()
         self.version = int(version)
+
+    def _pack(self) -> None:
+        """engine.prepack: every layer packed now, a few at a time (not one by one in the first forward), and the
+        float32 weights of float16-packed layers freed (the packs are all their products read)."""
+        if pack_all(self.model, self.threads or torch.get_num_threads()):
+            release_packed_weights(self.model)
 
     def sleep(self) -> None:
         """Free a copy of its own's weights until the next `load_weights` (an engine beside the learner on one
         device: while the learner updates, that memory is the learner's). A shared module is never freed."""
-        if self._owns and self._asleep is None:
+        if self._owns and not self._asleep:
             drop_packs(self.model)  # engine.prepack: the packed copies go with the weights
-            self._asleep = {name: p.shape for name, p in self.model.named_parameters()}
+            self._asleep = True
             for p in self.model.parameters():
                 p.data = torch.empty(0, dtype=p.dtype, device=p.device)
 
     def _awake(self) -> None:
-        if self._asleep is not None:
+        if self._asleep:
             raise RuntimeError("this TorchEngine is asleep (its weights were freed for the learner's update); "
                                "load_weights wakes it")
 
