@@ -125,7 +125,7 @@ def test_half_packing_is_refused_where_it_cannot_run(monkeypatch):
 
 
 @pytest.mark.parametrize("half", [False, True])
-def test_pack_all_packs_every_layer_on_threads_as_one_by_one(half):
+def test_pack_all_packs_every_layer_as_its_first_product_would(half):
     from tracerl.models.prepack import prepack_available
 
     if not half and not prepack_available():
@@ -137,7 +137,7 @@ def test_pack_all_packs_every_layer_on_threads_as_one_by_one(half):
     with torch.no_grad():
         lazy = net[:6](x)  # each layer packs at its first product
     drop_packs(net)
-    assert pack_all(net, threads=2) == 6  # the float64 layer cannot be packed: left to F.linear
+    assert pack_all(net) == 6  # the float64 layer cannot be packed: left to F.linear
     assert all(isinstance(m, PackedLinear) and m._packed is not None for m in net[:6]) and net[6]._packed is None
     with torch.no_grad():
         assert torch.equal(net[:6](x), lazy)

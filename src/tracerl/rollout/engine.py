@@ -95,9 +95,9 @@ class TorchEngine:
         self.version = int(version)
 
     def _pack(self) -> None:
-        """engine.prepack: every layer packed now, a few at a time (not one by one in the first forward), and the
-        float32 weights of float16-packed layers freed (the packs are all their products read)."""
-        if pack_all(self.model, self.threads or torch.get_num_threads()):
+        """engine.prepack: every layer packed now (not one by one in the first forward), and the float32 weights of
+        float16-packed layers freed (the packs are all their products read)."""
+        if pack_all(self.model):
             release_packed_weights(self.model)
 
     def sleep(self) -> None:
