@@ -194,7 +194,8 @@ def pack_all(model: torch.nn.Module) -> int:
 
 def release_packed_weights(model: torch.nn.Module) -> int:
     """Free the float32 weight of every packed `HalfPackedLinear` of `model` whose weight no other module shares (a
-    tied head's is the embedding's): its products read the pack alone, so a rollout holds 2 bytes a weight, not 6.
+    tied head's is the embedding's): its products read the pack alone, so a rollout holds the packs, not the float32
+    weights too (fbgemm pads a pack to blocks of 512 input rows: ~1.8x the float16 bytes at width 576).
     The owner allocates the weights again before loading new ones (`TorchEngine.load_weights`); the state dict
     holds empty tensors meanwhile. Returns how many."""
     uses: dict[int, int] = {}
