@@ -71,28 +71,64 @@ def fp16_packs_available() -> bool:
 _PACKABLE = (torch.float32, torch.bfloat16) if bf16_packs_available() else (torch.float32,)
 
 
+def fp32_pack_kernel() -> str:
+    """The library float32 weights are packed for: "mkl" (`sgemm_pack`) on a CPU with AVX-512, "onednn" (its
+    reorder, JIT kernels) on any other. Measured on SmolLM2-135M's 211 decode-step matmuls at 16 rows, AVX2 host
+    (AMD EPYC): plain `F.linear` 157 ms, MKL packs 148, oneDNN packs 79 on two threads; 161 / 175 / 121 on one.
+    MKL's packs were measured faster than plain on an AVX-512 host (8 rows: 137 -> 83 ms) and are kept there."""
+    return "mkl" if torch.backends.cpu.get_cpu_capability() == "AVX512" else "onednn"
+
+
+_FP32_KERNEL = fp32_pack_kernel()
+
+
 class PackedLinear(torch.nn.Linear):
     """An `nn.Linear` (same parameters, same state dict) that multiplies against a pre-packed weight."""
 
     _packed: torch.Tensor | None = None
     _packed_key: tuple | None = None
 
+    def _make_pack(self, w: torch.Tensor) -> torch.Tensor:
+        """`w` (this layer's dtype and device) in its kernel's packed layout."""
+        if w.dtype == torch.float32 and _FP32_KERNEL == "mkl":
+            return torch.ops.mkl._mkl_reorder_linear_weight(w, PACK_ROWS)
+        return torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS)
+
     def _pack(self) -> torch.Tensor:
         w = self.weight.detach()
         key = (w.data_ptr(), w._version, w.dtype)
         if self._packed_key != key:
             self._packed = None  # the old pack goes before the new one is made
-            if w.dtype == torch.float32:
-                self._packed = torch.ops.mkl._mkl_reorder_linear_weight(w, PACK_ROWS)
-            else:
-                self._packed = torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS)
+            self._packed = self._make_pack(w)
             self._packed_key = key
         return self._packed
+
+    def packs_alone(self) -> bool:
+        """Whether this layer's products would read its pack alone, so that its weight need not be kept: oneDNN's
+        and fbgemm's kernels take the pack only, MKL's takes the weight too, a weight that cannot be packed (its
+        dtype, its device) is multiplied plainly."""
+        w, b = self.weight, self.bias
+        return (w.device.type == "cpu" and w.dtype in _PACKABLE and (b is None or b.dtype == w.dtype)
+                and not (w.dtype == torch.float32 and _FP32_KERNEL == "mkl"))
+
+    def pack_from(self, weight: torch.Tensor) -> None:
+        """Pack `weight` (a state dict's tensor, any dtype) as this layer's weight and keep the pack alone: what a
+        weight sync does for a layer that `packs_alone` (no copy of the weight is made, `release_packed_weights`)."""
+        self._packed = None
+        self._packed = self._make_pack(weight.detach().to(device=self.weight.device, dtype=self.weight.dtype))
+        self._packed_key = None
+        if self.weight.numel():
+            self.weight.data = torch.empty(0, dtype=self.weight.dtype, device=self.weight.device)
+
+    @property
+    def _released(self) -> bool:
+        return self._packed is not None and self.weight.numel() == 0
 
     def _weight_packable(self) -> bool:
         """Whether this layer's weight (and bias) can be packed for its kernel."""
         w, b = self.weight, self.bias
-        return w.device.type == "cpu" and w.dtype in _PACKABLE and (b is None or b.dtype == w.dtype)
+        return (w.device.type == "cpu" and w.dtype in _PACKABLE and w.numel() > 0
+                and (b is None or b.dtype == w.dtype))
 
     def _packs_for(self, x: torch.Tensor) -> bool:
         """Whether a product with `x` runs on the packed weight (else `F.linear`): no gradients wanted, no autocast
@@ -104,11 +140,17 @@ class PackedLinear(torch.nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.weight, self.bias
+        if self._released:  # the pack is all there is (release_packed_weights): any input goes through it
+            flat = x.reshape(-1, x.shape[-1]).to(w.dtype)
+            if not flat.is_contiguous():
+                flat = flat.contiguous()
+            out = torch.ops.mkldnn._linear_pointwise(flat, self._packed, b, "none", [], "")
+            return out.view(*x.shape[:-1], out.shape[-1]).to(x.dtype)
         if not self._packs_for(x):
             return F.linear(x, w, b)
         packed = self._pack()
         flat = x.reshape(-1, x.shape[-1])
-        if w.dtype == torch.float32:
+        if w.dtype == torch.float32 and _FP32_KERNEL == "mkl":
             out = torch.ops.mkl._mkl_linear(flat, packed, w, b, flat.shape[0])
         else:
             out = torch.ops.mkldnn._linear_pointwise(flat, packed, b, "none", [], "")
@@ -138,15 +180,13 @@ class HalfPackedLinear(PackedLinear):
     activations times float16 weights, summed in float32. Falls back to `F.linear` where `PackedLinear` would, and
     for a weight or input that is not float32."""
 
-    def _pack(self) -> torch.Tensor:
-        w = self.weight.detach()
-        key = (w.data_ptr(), w._version, w.dtype)
-        if self._packed_key != key:
-            self._packed = None
-            self._packed = _quiet_once(torch.fbgemm_pack_gemm_matrix_fp16, w)
-            self._packed_key = key
-            self._zero_bias = torch.zeros(w.shape[0], dtype=torch.float32)
-        return self._packed
+    def _make_pack(self, w: torch.Tensor) -> torch.Tensor:
+        self._zero_bias = torch.zeros(w.shape[0], dtype=torch.float32)
+        return _quiet_once(torch.fbgemm_pack_gemm_matrix_fp16, w)
+
+    def packs_alone(self) -> bool:
+        w, b = self.weight, self.bias
+        return w.device.type == "cpu" and w.dtype == torch.float32 and (b is None or b.dtype == torch.float32)
 
     def _weight_packable(self) -> bool:
         w, b = self.weight, self.bias
@@ -163,9 +203,6 @@ class HalfPackedLinear(PackedLinear):
             return F.linear(x, self.weight, self.bias)
         return _quiet_once(torch.fbgemm_linear_fp16_weight, x, self._pack(), b if b is not None else self._zero_bias)
 
-    @property
-    def _released(self) -> bool:
-        return self._packed is not None and self.weight.numel() == 0
 
 
 def prepack(model: torch.nn.Module, *, half: bool = False) -> int:
@@ -192,18 +229,25 @@ def pack_all(model: torch.nn.Module) -> int:
     return len(layers)
 
 
-def release_packed_weights(model: torch.nn.Module) -> int:
-    """Free the float32 weight of every packed `HalfPackedLinear` of `model` whose weight no other module shares (a
-    tied head's is the embedding's): its products read the pack alone, so a rollout holds the packs, not the float32
-    weights too (fbgemm pads a pack to blocks of 512 input rows: ~1.8x the float16 bytes at width 576).
-    The owner allocates the weights again before loading new ones (`TorchEngine.load_weights`); the state dict
-    holds empty tensors meanwhile. Returns how many."""
+def pack_only_layers(model: torch.nn.Module) -> dict[str, PackedLinear]:
+    """The `PackedLinear`s of `model` that keep their pack alone, by their weight's state-dict name: those that
+    `packs_alone` and whose weight no other module shares (a tied head's is the embedding's, which stays)."""
     uses: dict[int, int] = {}
     for _, p in model.named_parameters(remove_duplicate=False):
         uses[id(p)] = uses.get(id(p), 0) + 1
+    return {f"{name}.weight" if name else "weight": m for name, m in model.named_modules()
+            if isinstance(m, PackedLinear) and m.packs_alone() and uses[id(m.weight)] == 1}
+
+
+def release_packed_weights(model: torch.nn.Module) -> int:
+    """Free the weight of every packed layer of `model` that keeps its pack alone (`pack_only_layers`: oneDNN's
+    and fbgemm's packs are all their products read), so a rollout holds the packs, not the weights too (fbgemm
+    pads a float16 pack to blocks of 512 input rows: ~1.8x the float16 bytes at width 576). A weight sync packs
+    such a layer straight from the incoming state (`PackedLinear.pack_from`, `TorchEngine.load_weights`); the
+    state dict holds empty tensors meanwhile. Returns how many."""
     n = 0
-    for m in model.modules():
-        if isinstance(m, HalfPackedLinear) and m._packed is not None and m.weight.numel() and uses[id(m.weight)] == 1:
+    for m in pack_only_layers(model).values():
+        if m._packed is not None and m.weight.numel():
             m.weight.data = torch.empty(0, dtype=m.weight.dtype, device=m.weight.device)
             n += 1
     return n

@@ -27,7 +27,7 @@ import torch
 from tracerl.algorithms.logprobs import process_logits  # noqa: F401  (the learner scores under the same)
 from tracerl.models.precision import forward_context, last_logits
 from tracerl.models.device import intra_op_threads
-from tracerl.models.prepack import drop_packs, pack_all, release_packed_weights
+from tracerl.models.prepack import drop_packs, pack_all, pack_only_layers, release_packed_weights
 from tracerl.rollout.sampling import Sample, draw_uniforms, sample_next  # noqa: F401  (re-exported)
 from tracerl.rollout.stops import StopRules, row_budgets
 
@@ -86,17 +86,30 @@ class TorchEngine:
         if state_dict is not None:
             if not self._owns:
                 raise ValueError("this TorchEngine shares the learner's module; sync it with load_weights(None, version)")
+            alone = pack_only_layers(self.model)  # engine.prepack: packed from the incoming state, no copy kept
             for name, p in self.model.named_parameters():
-                if p.shape != self._shapes[name]:  # freed by sleep or by release_packed_weights
+                if name not in alone and p.shape != self._shapes[name]:  # freed by sleep or release_packed_weights
                     p.data = torch.empty(self._shapes[name], dtype=p.dtype, device=p.device)
             self._asleep = False
-            self.model.load_state_dict(state_dict)
+            if alone:
+                missing = [k for k in alone if k not in state_dict]
+                if missing:
+                    raise KeyError(f"the weights to load have no {missing[0]!r}, which this engine's model has")
+                left, unexpected = self.model.load_state_dict({k: v for k, v in state_dict.items() if k not in alone},
+                                                              strict=False)
+                if unexpected or set(left) - set(alone):
+                    raise KeyError(f"the weights to load do not match this engine's model: unexpected "
+                                   f"{sorted(unexpected)[:3]}, missing {sorted(set(left) - set(alone))[:3]}")
+                for name, layer in alone.items():
+                    layer.pack_from(state_dict[name])
+            else:
+                self.model.load_state_dict(state_dict)
             self._pack()
         self.version = int(version)
 
     def _pack(self) -> None:
-        """engine.prepack: every layer packed now (not one by one in the first forward), and the float32 weights of
-        float16-packed layers freed (the packs are all their products read)."""
+        """engine.prepack: every layer packed now (not one by one in the first forward), and the weights of the layers
+        whose packs are all their products read (oneDNN's, fbgemm's float16) freed."""
         if pack_all(self.model):
             release_packed_weights(self.model)
 
