@@ -51,13 +51,21 @@ def test_split_column_is_one_before_the_earliest_action():
     assert shared_prefix.split_column(b.ids_BT, b.attn_BT, b.action_BT) == 0
 
 
+def _tokens_shape(kw) -> torch.Size:
+    return (kw["input_ids"] if kw.get("input_ids") is not None else kw["inputs_embeds"]).shape[:2]
+
+
+@pytest.mark.parametrize("one_lookup", [False, True])
 @pytest.mark.parametrize("train", [True, False])
-def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(tiny, train):
+def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(tiny, train, one_lookup, monkeypatch):
     model, tok = tiny
     model = copy.deepcopy(model)
     batch = grouped_batch(len(tok))
-    calls = []
-    hook = model.get_decoder().register_forward_pre_hook(lambda m, a, kw: calls.append(kw["input_ids"].shape), with_kwargs=True)
+    if one_lookup:  # the rows embedded once, each decoder call taking its slice (a large vocabulary's path)
+        monkeypatch.setattr(shared_prefix, "ONE_LOOKUP_MIN", 0)
+    calls, lookups = [], []
+    hook = model.get_decoder().register_forward_pre_hook(lambda m, a, kw: calls.append(_tokens_shape(kw)), with_kwargs=True)
+    looked = model.get_input_embeddings().register_forward_hook(lambda m, a, out: lookups.append(out.shape[:2]))
     model.train(train)
     outs, grads = [], []
     for share in (False, True):
@@ -67,9 +75,11 @@ def test_shared_prefix_scores_and_gradients_equal_the_plain_forward(tiny, train)
         outs.append(out)
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     hook.remove()
+    looked.remove()
     # plain: one call over 6 x 40 tokens; shared: the 2 prompts' first 19 tokens, then 6 rows from column 19
     T = batch.ids_BT.shape[1]
     assert calls == [torch.Size([6, T]), torch.Size([2, 19]), torch.Size([6, T - 19])]
+    assert lookups == [torch.Size([6, T])] * 2 if one_lookup else lookups == calls  # one lookup a scoring, or one a call
     for name in ("logprobs_BT", "full_logprobs_BT", "entropy_BT"):
         torch.testing.assert_close(getattr(outs[1], name), getattr(outs[0], name), rtol=1e-5, atol=1e-5)
     assert (outs[1].logprobs_BT[batch.action_BT == 0] == 0).all()
@@ -100,7 +110,7 @@ def test_two_levels_score_like_the_plain_forward_and_sft_loss_is_the_token_mean_
     model = copy.deepcopy(model).train()
     batch = grouped_batch(len(tok), system=10)
     calls = []
-    hook = model.get_decoder().register_forward_pre_hook(lambda m, a, kw: calls.append(kw["input_ids"].shape), with_kwargs=True)
+    hook = model.get_decoder().register_forward_pre_hook(lambda m, a, kw: calls.append(_tokens_shape(kw)), with_kwargs=True)
     shared = score_actions(model, batch, temperature=1.0)
     hook.remove()
     T = batch.ids_BT.shape[1]

@@ -31,6 +31,11 @@ import torch
 from tracerl.models.precision import checkpointing_enabled
 
 MIN_PREFIX = 8  # a shorter shared span saves less than one more decoder call costs
+# From this many embedding entries on, the rows are embedded in one lookup and each decoder call takes its slice
+# (`inputs_embeds`): each lookup's backward is a dense [V, H] gradient of its own, zero-filled, then summed into
+# the weight's (SmolLM2-135M: three of 113 MB an update, 4 x 50-170 ms of fill with the head's; torch.profiler).
+# Below it (the tiny model) each call looks its rows up itself, as before, bit for bit.
+ONE_LOOKUP_MIN = 1 << 22
 _UNSUPPORTED: weakref.WeakSet = weakref.WeakSet()  # decoders whose cache cannot be split (tried once)
 
 
@@ -81,6 +86,12 @@ def shared_prefix_hidden(decoder, ids_BT: torch.Tensor, attn_BT: torch.Tensor,
     if not levels:
         return None
     arg, dev = _cache_kwarg(decoder), ids_BT.device
+    embed = decoder.get_input_embeddings()
+    embeds = embed(ids_BT) if isinstance(embed, torch.nn.Embedding) and embed.weight.numel() >= ONE_LOOKUP_MIN else None
+
+    def tokens(rows, a: int, b: int | None) -> dict:  # a decoder call's input: ids, or their slice of the lookup
+        return {"input_ids": ids_BT[rows, a:b]} if embeds is None else {"inputs_embeds": embeds[rows, a:b]}
+
     cache, inverse_prev, start = None, None, 0  # inverse_prev: each batch row's cache row (its distinct prefix)
     for end in levels:
         _, inverse = torch.unique(ids_BT[:, :end], dim=0, return_inverse=True)
@@ -88,10 +99,10 @@ def shared_prefix_hidden(decoder, ids_BT: torch.Tensor, attn_BT: torch.Tensor,
             0, inverse, torch.arange(ids_BT.shape[0], device=dev))  # a batch row of each distinct prefix
         if cache is not None:  # each new distinct prefix continues the cache row of its beginning
             cache.batch_select_indices(inverse_prev[first])
-        span = ids_BT[first, start:end]
-        positions = torch.arange(start, end, device=dev)[None].expand(span.shape[0], -1)
-        out = decoder(input_ids=span, attention_mask=torch.ones((span.shape[0], end), dtype=attn_BT.dtype, device=dev),
-                      position_ids=positions, use_cache=True, **({arg: cache} if cache is not None else {}))
+        positions = torch.arange(start, end, device=dev)[None].expand(first.shape[0], -1)
+        out = decoder(**tokens(first, start, end), position_ids=positions, use_cache=True,
+                      attention_mask=torch.ones((first.shape[0], end), dtype=attn_BT.dtype, device=dev),
+                      **({arg: cache} if cache is not None else {}))
         cache = _cache_of(out, arg)
         if cache is None or not _splittable(cache):
             _UNSUPPORTED.add(decoder)
@@ -99,7 +110,7 @@ def shared_prefix_hidden(decoder, ids_BT: torch.Tensor, attn_BT: torch.Tensor,
         inverse_prev, start = inverse, end
     cache.batch_select_indices(inverse_prev)  # every row reads its prompt's cache row
     positions = torch.arange(start, ids_BT.shape[1], device=dev)[None].expand(ids_BT.shape[0], -1)
-    out = decoder(input_ids=ids_BT[:, start:], attention_mask=attn_BT, position_ids=positions, use_cache=True,
+    out = decoder(**tokens(slice(None), start, None), attention_mask=attn_BT, position_ids=positions, use_cache=True,
                   **{arg: cache})
     return start, out.last_hidden_state
 
