@@ -38,7 +38,7 @@ def _chunk(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, tem
     if bias is not None:
         z = z + bias
     z = z.float() if z.dtype != torch.float64 else z
-    return z / temperature if temperature != 1.0 else z
+    return z.div_(temperature) if temperature != 1.0 else z  # z is this call's own tensor: divided in place
 
 
 class HeadScores(torch.autograd.Function):
@@ -56,7 +56,7 @@ class HeadScores(torch.autograd.Function):
                 t = targets[s:s + rows]
                 lp = z.gather(-1, t.clamp_min(0)[:, None])[:, 0] - lse
                 logp.append(torch.where(t >= 0, lp, torch.zeros_like(lp)))
-                ent.append(lse - (torch.softmax(z, dim=-1) * z).sum(dim=-1))
+                ent.append(lse - torch.softmax(z, dim=-1).mul_(z).sum(dim=-1))
         ctx.temperature, ctx.rows, ctx.dt = temperature, rows, dt
         logp = torch.cat(logp) if logp else x.new_zeros(0, dtype=torch.float32)
         ent = torch.cat(ent) if ent else x.new_zeros(0, dtype=torch.float32)
@@ -79,7 +79,7 @@ class HeadScores(torch.autograd.Function):
             with torch.no_grad():
                 z = _chunk(xc, w, bias, tau, dt)
                 lse = torch.logsumexp(z, dim=-1, keepdim=True)
-                p = torch.exp(z - lse)
+                p = torch.sub(z, lse).exp_()
                 ge = g_ent[s:s + rows].to(z.dtype)[:, None] if g_ent is not None else None
                 gl = g_logp[s:s + rows].to(z.dtype) * (t >= 0) if g_logp is not None else None
                 # ∂/∂z = gl·(onehot − p) − ge·p·(z − lse + H), built in place on z

@@ -5,15 +5,21 @@ CPU, torch hands such a product to MKL (float32) or oneDNN (bfloat16) as a plain
 library re-blocks the weight for its kernel on every call. `prepack` turns a model's `nn.Linear` layers into
 `PackedLinear`s that keep a copy of the weight in the library's own blocked layout (MKL `sgemm_pack`, oneDNN's
 reorder) and multiply against that: measured on SmolLM2-135M, one thread, a decode step at 8 rows went from
-137 to 83 ms of matmul (float32), at 32 rows from 142 to 125 ms (docs/performance_smollm2.md).
+137 to 83 ms of matmul (float32, MKL, AVX-512 host), at 32 rows from 142 to 125 ms (docs/performance_smollm2.md).
+Float32 weights go to MKL on a CPU with AVX-512 and to oneDNN elsewhere (`fp32_pack_kernel`): on an AVX2 host
+(AMD EPYC) MKL's packs gained nothing over plain `F.linear` and oneDNN's took the 211 matmuls of a 16-row decode
+step from 157 to 79 ms on two threads.
 
 The packed copy is rebuilt whenever the weight changes (a weight sync writes it in place, which bumps the
 tensor's version counter, or replaces it) and `drop_packs` frees it (an engine asleep through the update).
+Where a layer's product reads its pack alone (oneDNN, fbgemm) and no other module shares its weight, the engine
+keeps the pack alone (`release_packed_weights`) and a weight sync packs it straight from the incoming state
+(`pack_from_state`), so the copy costs the packs' bytes and no transient second copy.
 A layer falls back to `F.linear` where the packed kernels do not apply: gradients needed, autocast to
 another dtype than the weight's, a device other than the CPU, a dtype other than float32 / bfloat16, or bfloat16
 on a CPU without oneDNN's bfloat16 kernels (`bf16_packs_available`).
-The product is the same up to float rounding (bit for bit at ≥ 16 rows in float32; MKL's few-row kernel
-differs in the last bits).
+The product is the same up to float rounding (MKL: bit for bit at ≥ 16 rows in float32, its few-row kernel
+differs in the last bits; oneDNN: within ~1e-5 relative).
 
 `prepack(model, half=True)` (`engine.prepack: float16`) packs float32 layers' weights in half precision instead, for
 fbgemm's fp16-weight GEMM (x86 with AVX2 / F16C): float32 activations, the weights widened in registers, sums in
