@@ -14,7 +14,7 @@ The packed copy is rebuilt whenever the weight changes (a weight sync writes it 
 tensor's version counter, or replaces it) and `drop_packs` frees it (an engine asleep through the update).
 Where a layer's product reads its pack alone (oneDNN, fbgemm) and no other module shares its weight, the engine
 keeps the pack alone (`release_packed_weights`) and a weight sync packs it straight from the incoming state
-(`pack_from_state`), so the copy costs the packs' bytes and no transient second copy.
+(`PackedLinear.pack_from`), so the copy costs the packs' bytes and no transient second copy.
 A layer falls back to `F.linear` where the packed kernels do not apply: gradients needed, autocast to
 another dtype than the weight's, a device other than the CPU, a dtype other than float32 / bfloat16, or bfloat16
 on a CPU without oneDNN's bfloat16 kernels (`bf16_packs_available`).
@@ -208,7 +208,6 @@ class HalfPackedLinear(PackedLinear):
         if not self._packs_for(x):
             return F.linear(x, self.weight, self.bias)
         return _quiet_once(torch.fbgemm_linear_fp16_weight, x, self._pack(), b if b is not None else self._zero_bias)
-
 
 
 def prepack(model: torch.nn.Module, *, half: bool = False) -> int:
