@@ -34,7 +34,8 @@ class EngineConfig(Cfg):
     and sums): half the bytes per product, the matmuls of a decode step 2.1x faster at 16 rows and 3.8x at 4 on an
     AVX2 host without bfloat16 kernels (docs/performance_smollm2.md). Packed at every sync (1.75-2.3 s for
     SmolLM2-135M), after which the copy's float32 linear weights are freed. The weights are rounded to float16,
-    which the behaviour log-probs record and the probe measures (SmolLM2 after two updates: |Δ log-prob| up to 0.56): set gates.probe_logprob_diff_max."""
+    which the behaviour log-probs record and the probe measures (SmolLM2 after two updates: |Δ log-prob| up to
+    0.56): set gates.probe_logprob_diff_max."""
     threads: int | None = Field(None, ge=1, le=256)
     """`torch`: torch's intra-op threads while the engine samples (prefill and decode; the learner keeps
     `run.threads`); null: `run.threads`. A decode step is ~1,500 small operations, each a parallel region that wakes
