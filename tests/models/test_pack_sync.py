@@ -26,8 +26,12 @@ def _engine_over(net, learner):
 
 def test_the_float32_kernel_follows_the_cpu(monkeypatch):
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.setattr(mod, "cpu_vendor", lambda: "GenuineIntel")
     assert mod.fp32_pack_kernel() == "mkl"  # measured faster than plain there; its product reads the weight too
+    monkeypatch.setattr(mod, "cpu_vendor", lambda: "AuthenticAMD")
+    assert mod.fp32_pack_kernel() == "onednn"  # MKL's packs slower than plain on an AVX-512 EPYC
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(mod, "cpu_vendor", lambda: "GenuineIntel")
     assert mod.fp32_pack_kernel() == "onednn"
 
 

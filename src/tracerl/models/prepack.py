@@ -77,12 +77,26 @@ def fp16_packs_available() -> bool:
 _PACKABLE = (torch.float32, torch.bfloat16) if bf16_packs_available() else (torch.float32,)
 
 
+def cpu_vendor() -> str:
+    """The CPU's vendor string as Linux reports it ("GenuineIntel", "AuthenticAMD"), "" where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def fp32_pack_kernel() -> str:
-    """The library float32 weights are packed for: "mkl" (`sgemm_pack`) on a CPU with AVX-512, "onednn" (its
-    reorder, JIT kernels) on any other. Measured on SmolLM2-135M's 211 decode-step matmuls at 16 rows, AVX2 host
-    (AMD EPYC): plain `F.linear` 157 ms, MKL packs 148, oneDNN packs 79 on two threads; 161 / 175 / 121 on one.
-    MKL's packs were measured faster than plain on an AVX-512 host (8 rows: 137 -> 83 ms) and are kept there."""
-    return "mkl" if torch.backends.cpu.get_cpu_capability() == "AVX512" else "onednn"
+    """The library float32 weights are packed for: "mkl" (`sgemm_pack`) on an Intel CPU with AVX-512, "onednn" (its
+    reorder, JIT kernels) on any other. MKL picks its kernels by vendor and model; measured on SmolLM2-135M's 211
+    decode-step matmuls at 16 rows, two threads: AVX2 AMD EPYC plain `F.linear` 157 ms, MKL packs 148, oneDNN packs
+    79; AVX-512 AMD EPYC 67 / 84 / 35 (one thread 99 / 96 / 58). MKL's packs were measured faster than plain on
+    an AVX-512 Intel host (8 rows: 137 -> 83 ms) and are kept there."""
+    avx512 = torch.backends.cpu.get_cpu_capability() == "AVX512"
+    return "mkl" if avx512 and cpu_vendor() == "GenuineIntel" else "onednn"
 
 
 _FP32_KERNEL = fp32_pack_kernel()
