@@ -31,8 +31,8 @@ class EngineConfig(Cfg):
     The same policy up to float rounding (the engine probe measures it). Costs the packs' memory during rollouts
     (oneDNN's packs replace the copy's linear weights, packed straight from the learner's at each sync).
     `float16`: a float32 copy whose linear weights are packed in half precision for fbgemm's fp16-weight GEMM (x86
-    with AVX2; float32 activations and sums): half the bytes per product, the matmuls of a decode step 2.1x faster at 16 rows and 3.8x at 4 on an
-    AVX2 host without bfloat16 kernels (docs/performance_smollm2.md). Packed at every sync (1.75-2.3 s for
+    with AVX2; float32 activations and sums): half the bytes per product, the matmuls of a decode step 2.1x faster
+    at 16 rows and 3.8x at 4 on an AVX2 host without bfloat16 kernels (docs/performance_smollm2.md). Packed at every sync (1.75-2.3 s for
     SmolLM2-135M), after which the copy's float32 linear weights are freed. The weights are rounded to float16,
     which the behaviour log-probs record and the probe measures (SmolLM2 after two updates: |Δ log-prob| up to
     0.56): set gates.probe_logprob_diff_max."""
