@@ -25,17 +25,17 @@ class EngineConfig(Cfg):
     prepack: bool | Literal["float16"] = False
     """`torch` on a CPU: sample from a copy of the weights of its own (in `dtype`, or the learner's) whose linear
     layers keep their weights pre-packed in the matmul library's blocked layout (float32: MKL on an Intel CPU
-    with AVX-512, oneDNN elsewhere; bfloat16: oneDNN; models/prepack.py), packed again after every weight sync and
-    freed while the learner updates: a decode step's matmuls 1.15-1.5× faster at 8-32 rows on SmolLM2-135M (one
-    thread, AVX-512 Intel host, MKL), 2.0× at 16 rows on two threads of AMD EPYC hosts (oneDNN; AVX2 and AVX-512).
-    The same policy up to float rounding (the engine probe measures it). Costs the packs' memory during rollouts
-    (oneDNN's packs replace the copy's linear weights, packed straight from the learner's at each sync).
-    `float16`: a float32 copy whose linear weights are packed in half precision for fbgemm's fp16-weight GEMM (x86
-    with AVX2; float32 activations and sums): half the bytes per product, the matmuls of a decode step 2.1x faster
-    at 16 rows and 3.8x at 4 on an AVX2 host without bfloat16 kernels (docs/performance_smollm2.md). Packed at every sync (1.75-2.3 s for
-    SmolLM2-135M), after which the copy's float32 linear weights are freed. The weights are rounded to float16,
-    which the behaviour log-probs record and the probe measures (SmolLM2 after two updates: |Δ log-prob| up to
-    0.56): set gates.probe_logprob_diff_max."""
+    with AVX-512, oneDNN elsewhere; bfloat16: oneDNN; models/prepack.py), packed again after every weight sync
+    and freed while the learner updates: a decode step's matmuls 1.15-1.5× faster at 8-32 rows on SmolLM2-135M
+    (one thread, AVX-512 Intel host, MKL), 2.0× at 16 rows on two threads of AMD EPYC hosts (oneDNN; AVX2 and
+    AVX-512). The same policy up to float rounding (the engine probe measures it). Costs the packs' memory during
+    rollouts (oneDNN's packs replace the copy's linear weights, packed straight from the learner's at each sync).
+    `float16`: a float32 copy whose linear weights are packed in half precision for fbgemm's fp16-weight GEMM
+    (x86 with AVX2; float32 activations and sums): half the bytes per product, the matmuls of a decode step 2.1x
+    faster at 16 rows and 3.8x at 4 on an AVX2 host without bfloat16 kernels (docs/performance_smollm2.md).
+    Packed at every sync (1.75-2.3 s for SmolLM2-135M), after which the copy's float32 linear weights are freed.
+    The weights are rounded to float16, which the behaviour log-probs record and the probe measures (SmolLM2
+    after two updates: |Δ log-prob| up to 0.56): set gates.probe_logprob_diff_max."""
     threads: int | None = Field(None, ge=1, le=256)
     """`torch`: torch's intra-op threads while the engine samples (prefill and decode; the learner keeps
     `run.threads`); null: `run.threads`. A decode step is ~1,500 small operations, each a parallel region that wakes
