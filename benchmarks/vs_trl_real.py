@@ -14,7 +14,7 @@ budgets (96 tokens, 32 new) and temperature 0.7, lr 3e-5, `--prompts` x `--group
 
 - `tracerl`: `tracerl train smollm2 'stages=[rl]'` with a 1e-9 entropy term, which sends every row
   through the learner (zero-advantage rows included), as TRL trains every row; the recipe samples from packed
-  weights (`engine.prepack: true`) since commit 0aee6b1's successor, so `tracerl` and `tracerl_packed` are one arm;
+  weights (`engine.prepack: true`) since commit c6f7605, so `tracerl` and `tracerl_packed` are one arm;
 - a tracerl arm's name carries flags, any combination (`ARM_FLAGS`): `_bf16` (`model.autocast=bf16`), `_bf16e`
   (`_bf16` plus `engine.dtype=bfloat16`), `_fused` (`learner.optimizer=adamw_fused`, the AdamW kernel TRL uses by
   default), `_packed` (`engine.prepack=true`), `_et1` (`engine.threads=1`: the engine samples on one thread, the
