@@ -35,6 +35,15 @@ def test_the_float32_kernel_follows_the_cpu(monkeypatch):
     assert mod.fp32_pack_kernel() == "onednn"
 
 
+def test_the_cpu_vendor_is_read_from_cpuinfo(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
+    assert mod.cpu_vendor(str(info)) == "AuthenticAMD"
+    info.write_text("processor\t: 0\n")  # no vendor line (e.g. an ARM kernel)
+    assert mod.cpu_vendor(str(info)) == ""
+    assert mod.cpu_vendor(str(tmp_path / "missing")) == ""  # not Linux
+
+
 @pytest.mark.parametrize("half", [False, True])
 def test_a_sync_packs_from_the_incoming_state_without_allocating_the_weights(monkeypatch, half):
     if half and not mod.fp16_packs_available():

@@ -77,10 +77,10 @@ def fp16_packs_available() -> bool:
 _PACKABLE = (torch.float32, torch.bfloat16) if bf16_packs_available() else (torch.float32,)
 
 
-def cpu_vendor() -> str:
+def cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The CPU's vendor string as Linux reports it ("GenuineIntel", "AuthenticAMD"), "" where it cannot be read."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(cpuinfo) as f:
             for line in f:
                 if line.startswith("vendor_id"):
                     return line.split(":", 1)[1].strip()
