@@ -91,3 +91,13 @@ def test_fused_head_backward_runs_in_the_forwards_autocast_dtype(monkeypatch):
     assert (x.grad - gx).abs().max() < (x.grad - gx32).abs().max()
     gw = (dz.t().bfloat16() @ x.detach().bfloat16()).float()
     assert torch.allclose(head.weight.grad, gw, rtol=2e-2, atol=1e-3)
+
+
+def test_fused_head_without_positions_gives_a_zero_weight_gradient():
+    # the weight gradient is written by the first chunk's product (not added to zeros): with no positions at
+    # all there is no chunk, and the gradient is still a [V, H] zero, as autograd's would be
+    head = torch.nn.Linear(16, 40, bias=False)
+    x = torch.zeros(0, 16, requires_grad=True)
+    lp, ent = fused_head.HeadScores.apply(x, head.weight, None, torch.zeros(0, dtype=torch.long), 1.0, 3)
+    (lp.sum() + ent.sum()).backward()
+    assert head.weight.grad.shape == (40, 16) and not head.weight.grad.any() and x.grad.shape == (0, 16)

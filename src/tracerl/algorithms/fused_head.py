@@ -72,7 +72,9 @@ class HeadScores(torch.autograd.Function):
         dt = ctx.dt  # the forward's autocast dtype: the backward's products run in it, as autograd's would
         w = weight if dt is None else weight.to(dt)
         gx = torch.zeros_like(x) if want_x else None
-        gw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if want_w else None
+        # the weight gradient's first chunk is written, not added to zeros (the same sums: 0 + x is x): one pass
+        # over the [V, H] buffer fewer (113 MB at SmolLM2's vocabulary); under autocast it is summed block by block
+        gw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if want_w and dt is not None else None
         gb = torch.zeros(weight.shape[0], dtype=acc, device=weight.device) if want_b else None
         for s in range(0, x.shape[0], rows):
             xc, t = x[s:s + rows], targets[s:s + rows]
@@ -95,11 +97,13 @@ class HeadScores(torch.autograd.Function):
                 if want_x:
                     gx[s:s + rows] = (dz.to(w.dtype) @ w).to(x.dtype)
                 if want_w and dt is None:
-                    gw.addmm_(dz.t().to(acc), xc.to(acc))
+                    gw = torch.mm(dz.t().to(acc), xc.to(acc)) if gw is None else gw.addmm_(dz.t().to(acc), xc.to(acc))
                 elif want_w:  # the chunk's product in dt, summed in float32, a block of the vocabulary at a time
                     dzt, xd = dz.t().to(dt), xc.to(dt)  # (a whole [V, H] product in dt would be one more head's bytes)
                     for v in range(0, dzt.shape[0], _VOCAB_BLOCK):
                         gw[v:v + _VOCAB_BLOCK].add_(dzt[v:v + _VOCAB_BLOCK] @ xd)
                 if want_b:
                     gb.add_(dz.sum(0).to(acc))
+        if want_w and gw is None:  # no positions
+            gw = torch.zeros(weight.shape, dtype=acc, device=weight.device)
         return (gx, gw.to(weight.dtype) if want_w else None, gb.to(bias.dtype) if want_b else None, None, None, None)
