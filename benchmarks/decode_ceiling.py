@@ -118,7 +118,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rollout-prompts", type=int, default=4, help="0 skips the math_tool rollouts")
     ap.add_argument("--bf16", action="store_true", help="also tracerl under model.autocast=bf16 and on bf16 weights (engine.dtype=bfloat16), against the bf16 ceiling; rollouts add HF generate on the same bf16 weights")
     ap.add_argument("--prepack", action="store_true", help="also tracerl on packed weights (engine.prepack=true), in fp32 and with --bf16 on bf16 weights")
-    ap.add_argument("--unfused", action="store_true", help="with --prepack, also the packed copy without stacked q/k/v and gate/up packs (prepack(fuse=False), the engine before pack_groups.py)")
+    ap.add_argument("--unfused", action="store_true", help="with --prepack, also the packed copy without stacked q/k/v and "
+                    "gate/up packs (prepack(fuse=False), the engine before pack_groups.py)")
     ap.add_argument("--half", action="store_true", help="also tracerl on a float32 copy whose linear weights are packed in float16 for fbgemm (engine.prepack=float16), against the ceiling with float16 weight bytes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)

@@ -30,6 +30,8 @@ class EngineConfig(Cfg):
     (one thread, AVX-512 Intel host, MKL), 2.0× at 16 rows on two threads of AMD EPYC hosts (oneDNN; AVX2 and
     AVX-512). The same policy up to float rounding (the engine probe measures it). Costs the packs' memory during
     rollouts (oneDNN's packs replace the copy's linear weights, packed straight from the learner's at each sync).
+    A Llama / Qwen2 block's q/k/v and gate/up projections share one stacked oneDNN pack each (models/pack_groups.py:
+    each projection's product bit for bit its own; decode 1.09-1.30x the unstacked packs on SmolLM2, two threads).
     `float16`: a float32 copy whose linear weights are packed in half precision for fbgemm's fp16-weight GEMM
     (x86 with AVX2; float32 activations and sums): half the bytes per product, the matmuls of a decode step 2.1x
     faster at 16 rows and 3.8x at 4 on an AVX2 host without bfloat16 kernels (docs/performance_smollm2.md).

@@ -4,7 +4,7 @@ A Llama-architecture layer multiplies its normed hidden state by q_proj, k_proj 
 gate_proj and up_proj: five products a layer where two would do. At decode's few rows each product pays its
 kernel's fixed cost and reads its own pack; one product against the members' packs stacked along the output
 dimension pays it once. Measured on SmolLM2-135M's 30 layers, oneDNN float32 packs, AVX-512 AMD EPYC host
-(benchmarks/decode_ceiling.py --fuse): see docs/performance_smollm2_avx512_amd.md.
+(`benchmarks/decode_ceiling.py --prepack --unfused`): docs/performance_smollm2_avx512_amd.md.
 
 A `PackGroup` holds the stacked pack; each member (a `PackedLinear`) keeps its own parameters and state-dict
 name, and its product is its columns of the group's. The group remembers the last input it multiplied (the

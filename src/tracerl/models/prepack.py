@@ -15,6 +15,8 @@ tensor's version counter, or replaces it) and `drop_packs` frees it (an engine a
 Where a layer's product reads its pack alone (oneDNN, fbgemm) and no other module shares its weight, the engine
 keeps the pack alone (`release_packed_weights`) and a weight sync packs it straight from the incoming state
 (`PackedLinear.pack_from`), so the copy costs the packs' bytes and no transient second copy.
+In a Llama / Qwen2 block the projections that read the same input (q/k/v, gate/up) are multiplied as one stacked
+pack (`PackGroup`, pack_groups.py).
 A layer falls back to `F.linear` where the packed kernels do not apply: gradients needed, autocast to
 another dtype than the weight's, a device other than the CPU, a dtype other than float32 / bfloat16, or bfloat16
 on a CPU without oneDNN's bfloat16 kernels (`bf16_packs_available`).
