@@ -65,6 +65,10 @@ def test_another_order_or_another_input_still_gets_each_members_product(monkeypa
         x.mul_(2.0)  # written in place between two members: the version counter says the product is stale
         assert torch.equal(net.k_proj(x), lone.k_proj(x))
         assert torch.equal(net.k_proj(x), lone.k_proj(x))  # the same member twice is multiplied twice
+    with torch.inference_mode():  # inference tensors keep no version counter: the tensor alone is remembered
+        x = torch.randn(4, 64)
+        for a, b in zip(net(x), lone(x)):
+            assert torch.equal(a, b)
 
 
 def test_a_weight_written_in_place_is_packed_again_and_drop_frees_the_stack(monkeypatch):

@@ -8,7 +8,8 @@ dimension pays it once. Measured on SmolLM2-135M's 30 layers, oneDNN float32 pac
 
 A `PackGroup` holds the stacked pack; each member (a `PackedLinear`) keeps its own parameters and state-dict
 name, and its product is its columns of the group's. The group remembers the last input it multiplied (the
-tensor itself and its version counter) and hands the same product to the members that follow with that input,
+tensor itself and its version counter; under `torch.inference_mode`, which keeps no version counters, the tensor
+alone) and hands the same product to the members that follow with that input,
 so a model that calls them in another order, or with different inputs, still gets each member's own product:
 the cache decides nothing but whether the product is computed again. Each column of the stacked product is the
 dot product of its row of the weight with the input, as in the member's own product; oneDNN's kernels sum along
@@ -85,7 +86,8 @@ class PackGroup:
     def product(self, member, x: torch.Tensor) -> torch.Tensor:
         """`member`'s product with `x`: its columns of the stacked product (computed once per input)."""
         last = self._last
-        if last is not None and last[0] is x and last[1] == x._version and id(member) in last[3]:
+        version = -1 if x.is_inference() else x._version  # an inference tensor keeps no version counter
+        if last is not None and last[0] is x and last[1] == version and id(member) in last[3]:
             out, pending = last[2], last[3]
         else:
             packed = self.pack() if self.members[0].weight.numel() else self.packed
@@ -96,7 +98,7 @@ class PackGroup:
             out = torch.ops.mkldnn._linear_pointwise(flat, packed, self.bias, "none", [], "")
             pending = {id(m) for m in self.members}
         pending = pending - {id(member)}
-        self._last = (x, x._version, out, pending) if pending else None  # the last member frees the product
+        self._last = (x, version, out, pending) if pending else None  # the last member frees the product
         lo, hi = self.bounds[id(member)]
         return out[:, lo:hi].view(*x.shape[:-1], hi - lo).to(x.dtype)
 
